@@ -1,0 +1,99 @@
+"""Input validation shared by every public function.
+
+Each checker returns the cleaned value and raises a ``ValueError`` whose message names
+the parameter and the value it was given, so a reader who passes a bad number sees
+which one and why.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+
+class UnstableQueueError(ValueError):
+    """Raised when offered load meets or exceeds capacity (utilization rho >= 1).
+
+    Such a queue has no steady state: its waiting time grows without bound, so any
+    finite answer would be wrong. The message shows rho and the rates behind it.
+    """
+
+
+def number(name: str, value) -> float:
+    """A finite real number (not bool, not NaN, not infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def positive(name: str, value) -> float:
+    """A finite number > 0."""
+    value = number(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return value
+
+
+def nonnegative(name: str, value) -> float:
+    """A finite number >= 0."""
+    value = number(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
+def probability(name: str, value) -> float:
+    """A probability strictly inside (0, 1), as quantile levels must be."""
+    value = number(name, value)
+    if not 0 < value < 1:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")
+    return value
+
+
+def whole(name: str, value, minimum: int = 1) -> int:
+    """An integer >= ``minimum`` (floats equal to an integer are accepted)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if isinstance(value, (Integral, np.integer)):
+        out = int(value)
+    elif isinstance(value, (Real, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        out = int(value)
+    else:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if out < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return out
+
+
+def stable(utilization: float, detail: str) -> float:
+    """Return ``utilization`` if it is below 1, else raise :class:`UnstableQueueError`."""
+    if utilization >= 1:
+        raise UnstableQueueError(
+            f"unstable queue: utilization rho = {utilization:.4g} >= 1 ({detail}); "
+            "arrivals meet or exceed capacity, so the queue grows without bound and "
+            "has no steady-state latency"
+        )
+    return utilization
+
+
+def array(name: str, values, *, nonnegative_values: bool = False) -> np.ndarray:
+    """A 1-D float array of finite numbers (optionally all >= 0)."""
+    try:
+        out = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a 1-D array of numbers, got {values!r}") from exc
+    if out.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got an array of shape {out.shape}")
+    bad = ~np.isfinite(out)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must be finite, got {out[i]!r} at index {i}")
+    if nonnegative_values and (out < 0).any():
+        i = int(np.argmax(out < 0))
+        raise ValueError(f"{name} must be >= 0, got {out[i]!r} at index {i}")
+    return out

@@ -1,0 +1,416 @@
+"""Closed-form queueing results: Little's law, M/M/1, M/G/1, M/M/c, Erlang B and C.
+
+Units: rates in items per second, times in seconds, loads in Erlangs (busy servers).
+Every class is a frozen description of one queue, in the style of scipy.stats' frozen
+distributions: ``MM1(arrival_rate=0.9, service_rate=1.0).mean_response`` reads like the
+math. Constructing an unstable queue (utilization >= 1) raises
+:class:`~servingcap.UnstableQueueError`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special, stats
+
+from . import _check
+
+__all__ = [
+    "little",
+    "LittleCheck",
+    "little_check",
+    "MM1",
+    "MG1",
+    "MMc",
+    "erlang_b",
+    "erlang_c",
+    "sqrt_staffing",
+    "halfin_whitt_prob_wait",
+]
+
+
+# --------------------------------------------------------------------------- Little
+
+
+def little(L=None, arrival_rate=None, time_in_system=None) -> float:
+    """Solve Little's law ``L = arrival_rate * time_in_system`` for the missing term.
+
+    Give exactly two of the three; the third is returned.
+
+    Parameters
+    ----------
+    L : float, optional
+        Mean number of items inside the boundary (items).
+    arrival_rate : float, optional
+        Rate at which items pass through the boundary (items/s), > 0.
+    time_in_system : float, optional
+        Mean time an item spends inside the boundary (s).
+
+    Examples
+    --------
+    >>> little(arrival_rate=20, time_in_system=0.5)
+    10.0
+    """
+    given = {k: v for k, v in
+             {"L": L, "arrival_rate": arrival_rate, "time_in_system": time_in_system}.items()
+             if v is not None}
+    if len(given) != 2:
+        raise ValueError(
+            "little() needs exactly two of L, arrival_rate, time_in_system; "
+            f"got {sorted(given) or 'none'}"
+        )
+    if L is not None:
+        L = _check.nonnegative("L", L)
+    if arrival_rate is not None:
+        arrival_rate = _check.positive("arrival_rate", arrival_rate)
+    if time_in_system is not None:
+        time_in_system = _check.nonnegative("time_in_system", time_in_system)
+    if L is None:
+        return arrival_rate * time_in_system
+    if arrival_rate is None:
+        if time_in_system == 0:
+            raise ValueError("time_in_system must be > 0 to solve for arrival_rate, got 0.0")
+        return L / time_in_system
+    return L / arrival_rate
+
+
+@dataclass(frozen=True)
+class LittleCheck:
+    """Result of checking three measured numbers against ``L = lambda * W``."""
+
+    L: float
+    arrival_rate: float
+    time_in_system: float
+    rtol: float
+
+    @property
+    def implied_L(self) -> float:
+        """The in-flight count the rate and time imply (items)."""
+        return self.arrival_rate * self.time_in_system
+
+    @property
+    def ratio(self) -> float:
+        """Measured L over implied L (1.0 when consistent)."""
+        return self.L / self.implied_L if self.implied_L > 0 else math.inf
+
+    @property
+    def consistent(self) -> bool:
+        """True when measured and implied L agree within ``rtol``."""
+        return math.isclose(self.L, self.implied_L, rel_tol=self.rtol)
+
+    def __str__(self) -> str:
+        verdict = "consistent" if self.consistent else "INCONSISTENT"
+        return (f"{verdict}: lambda*W = {self.arrival_rate:g}/s x {self.time_in_system:g} s "
+                f"= {self.implied_L:g} in flight, dashboard says {self.L:g} "
+                f"(ratio {self.ratio:.2f})")
+
+
+def little_check(L, arrival_rate, time_in_system, rtol: float = 0.05) -> LittleCheck:
+    """Check a dashboard's in-flight count, throughput and mean time against each other.
+
+    Parameters
+    ----------
+    L : float
+        Reported mean number in flight (items).
+    arrival_rate : float
+        Reported completion (or arrival) rate at the same boundary (items/s).
+    time_in_system : float
+        Reported mean time inside the same boundary (s).
+    rtol : float
+        Relative disagreement tolerated before the numbers are called inconsistent.
+    """
+    return LittleCheck(
+        L=_check.nonnegative("L", L),
+        arrival_rate=_check.positive("arrival_rate", arrival_rate),
+        time_in_system=_check.nonnegative("time_in_system", time_in_system),
+        rtol=_check.positive("rtol", rtol),
+    )
+
+
+# --------------------------------------------------------------------------- M/M/1
+
+
+@dataclass(frozen=True)
+class MM1:
+    """One FCFS server, Poisson arrivals, exponential service.
+
+    Parameters
+    ----------
+    arrival_rate : float
+        lambda, requests/s, > 0.
+    service_rate : float
+        mu, requests/s one server completes when busy, > arrival_rate.
+    """
+
+    arrival_rate: float
+    service_rate: float
+
+    def __post_init__(self):
+        lam = _check.positive("arrival_rate", self.arrival_rate)
+        mu = _check.positive("service_rate", self.service_rate)
+        object.__setattr__(self, "arrival_rate", lam)
+        object.__setattr__(self, "service_rate", mu)
+        _check.stable(lam / mu, f"arrival_rate={lam:g}/s, service_rate={mu:g}/s")
+
+    @property
+    def utilization(self) -> float:
+        """rho = lambda / mu (fraction of time the server is busy)."""
+        return self.arrival_rate / self.service_rate
+
+    @property
+    def mean_service(self) -> float:
+        """S = 1 / mu (s)."""
+        return 1.0 / self.service_rate
+
+    @property
+    def _drain(self) -> float:
+        return self.service_rate - self.arrival_rate
+
+    @property
+    def mean_response(self) -> float:
+        """W = 1 / (mu - lambda) = S / (1 - rho): mean time in system (s)."""
+        return 1.0 / self._drain
+
+    @property
+    def mean_wait(self) -> float:
+        """W_q = rho / (mu - lambda): mean time queued before service (s)."""
+        return self.utilization / self._drain
+
+    @property
+    def mean_in_system(self) -> float:
+        """L = rho / (1 - rho): mean number in system (requests)."""
+        return self.utilization / (1 - self.utilization)
+
+    def response_cdf(self, t):
+        """P(response <= t): response time is exponential with rate mu - lambda."""
+        t = np.asarray(t, dtype=float)
+        return np.where(t < 0, 0.0, -np.expm1(-self._drain * np.maximum(t, 0)))
+
+    def response_quantile(self, p: float) -> float:
+        """The p-quantile of response time: -ln(1 - p) / (mu - lambda) (s)."""
+        p = _check.probability("p", p)
+        return -math.log1p(-p) / self._drain
+
+    def wait_cdf(self, t):
+        """P(wait <= t) = 1 - rho * exp(-(mu - lambda) t) for t >= 0."""
+        t = np.asarray(t, dtype=float)
+        return np.where(t < 0, 0.0, 1 - self.utilization * np.exp(-self._drain * np.maximum(t, 0)))
+
+    def wait_quantile(self, p: float) -> float:
+        """The p-quantile of queueing delay (s); 0 when p <= 1 - rho (no wait)."""
+        p = _check.probability("p", p)
+        if p <= 1 - self.utilization:
+            return 0.0
+        return math.log(self.utilization / (1 - p)) / self._drain
+
+
+# --------------------------------------------------------------------------- M/G/1
+
+
+@dataclass(frozen=True)
+class MG1:
+    """One FCFS server, Poisson arrivals, general service (Pollaczek–Khinchine).
+
+    Parameters
+    ----------
+    arrival_rate : float
+        lambda, requests/s, > 0.
+    mean_service : float
+        S, mean service time (s), > 0; needs lambda * S < 1.
+    service_cv : float
+        C_v = sigma_S / S, coefficient of variation of service time, >= 0
+        (0 is deterministic service, 1 recovers M/M/1).
+    """
+
+    arrival_rate: float
+    mean_service: float
+    service_cv: float
+
+    def __post_init__(self):
+        lam = _check.positive("arrival_rate", self.arrival_rate)
+        s = _check.positive("mean_service", self.mean_service)
+        cv = _check.nonnegative("service_cv", self.service_cv)
+        for name, value in (("arrival_rate", lam), ("mean_service", s), ("service_cv", cv)):
+            object.__setattr__(self, name, value)
+        _check.stable(lam * s, f"arrival_rate={lam:g}/s, mean_service={s:g} s")
+
+    @classmethod
+    def from_service_times(cls, arrival_rate: float, service_times) -> "MG1":
+        """An M/G/1 whose S and C_v are measured from a sample of service times (s)."""
+        x = _check.array("service_times", service_times, nonnegative_values=True)
+        if x.size < 2:
+            raise ValueError(f"service_times needs at least 2 values, got {x.size}")
+        mean = float(x.mean())
+        return cls(arrival_rate, mean, float(x.std()) / mean if mean > 0 else 0.0)
+
+    @property
+    def utilization(self) -> float:
+        """rho = lambda * S."""
+        return self.arrival_rate * self.mean_service
+
+    @property
+    def variance_penalty(self) -> float:
+        """(1 + C_v^2) / 2: the factor by which the mean wait exceeds M/M/1's at equal rho."""
+        return (1 + self.service_cv**2) / 2
+
+    @property
+    def mean_wait(self) -> float:
+        """W_q = rho * S * (1 + C_v^2) / (2 (1 - rho)) (s): Pollaczek–Khinchine."""
+        rho = self.utilization
+        return rho * self.mean_service * self.variance_penalty / (1 - rho)
+
+    @property
+    def mean_response(self) -> float:
+        """W = W_q + S (s)."""
+        return self.mean_wait + self.mean_service
+
+    @property
+    def mean_queue_length(self) -> float:
+        """L_q = lambda * W_q (requests waiting, by Little's law)."""
+        return self.arrival_rate * self.mean_wait
+
+
+# --------------------------------------------------------------------------- Erlang
+
+
+def _servers_and_load(servers, offered_load):
+    return _check.whole("servers", servers), _check.positive("offered_load", offered_load)
+
+
+def erlang_b(servers: int, offered_load: float) -> float:
+    """Erlang B: probability an arrival finds all ``servers`` busy in a loss system.
+
+    Computed as P(N = c) / P(N <= c) for N ~ Poisson(offered_load), in log space, so it
+    is exact and stable for thousands of servers.
+
+    Parameters
+    ----------
+    servers : int
+        c, number of servers, >= 1.
+    offered_load : float
+        a = lambda / mu in Erlangs, > 0.
+    """
+    c, a = _servers_and_load(servers, offered_load)
+    return float(np.exp(stats.poisson.logpmf(c, a) - stats.poisson.logcdf(c, a)))
+
+
+def erlang_c(servers: int, offered_load: float) -> float:
+    """Erlang C: probability an arrival must wait in an M/M/c queue.
+
+    C = c B / (c - a (1 - B)) with B = Erlang B, stable for thousands of servers.
+    Raises :class:`~servingcap.UnstableQueueError` when a >= c.
+    """
+    c, a = _servers_and_load(servers, offered_load)
+    _check.stable(a / c, f"offered_load={a:g} Erlangs on servers={c}")
+    b = erlang_b(c, a)
+    return min(1.0, c * b / (c - a * (1 - b)))
+
+
+def sqrt_staffing(offered_load: float, beta: float) -> int:
+    """Square-root staffing: the smallest whole c >= a + beta * sqrt(a).
+
+    Parameters
+    ----------
+    offered_load : float
+        a in Erlangs (busy servers needed on average), > 0.
+    beta : float
+        Quality-of-service parameter, >= 0; beta = 2 keeps the chance of waiting
+        near 3 %. The result is always > a, so the queue is stable.
+    """
+    a = _check.positive("offered_load", offered_load)
+    beta = _check.nonnegative("beta", beta)
+    target = a + beta * math.sqrt(a)
+    c = math.ceil(target - 1e-9 * target)  # tolerate round-off when target is whole
+    return max(c, math.floor(a) + 1)
+
+
+def halfin_whitt_prob_wait(beta: float) -> float:
+    """Halfin–Whitt (1981) limit of P(wait) under c = a + beta * sqrt(a) staffing.
+
+    P(wait) -> 1 / (1 + beta * Phi(beta) / phi(beta)), beta > 0.
+    """
+    beta = _check.positive("beta", beta)
+    # Phi/phi via the scaled complementary error function, stable for large beta.
+    ratio = math.sqrt(math.pi / 2) * special.erfcx(-beta / math.sqrt(2))
+    return 1.0 / (1.0 + beta * ratio)
+
+
+# --------------------------------------------------------------------------- M/M/c
+
+
+@dataclass(frozen=True)
+class MMc:
+    """``servers`` FCFS servers sharing one queue, Poisson arrivals, exponential service.
+
+    Parameters
+    ----------
+    arrival_rate : float
+        lambda, requests/s, > 0.
+    service_rate : float
+        mu, requests/s per busy server, > 0.
+    servers : int
+        c >= 1; needs lambda < c * mu.
+    """
+
+    arrival_rate: float
+    service_rate: float
+    servers: int
+
+    def __post_init__(self):
+        lam = _check.positive("arrival_rate", self.arrival_rate)
+        mu = _check.positive("service_rate", self.service_rate)
+        c = _check.whole("servers", self.servers)
+        object.__setattr__(self, "arrival_rate", lam)
+        object.__setattr__(self, "service_rate", mu)
+        object.__setattr__(self, "servers", c)
+        _check.stable(lam / (c * mu),
+                      f"arrival_rate={lam:g}/s, service_rate={mu:g}/s, servers={c}")
+
+    @property
+    def offered_load(self) -> float:
+        """a = lambda / mu (Erlangs: busy servers on average)."""
+        return self.arrival_rate / self.service_rate
+
+    @property
+    def utilization(self) -> float:
+        """rho = lambda / (c mu), the busy fraction of each server."""
+        return self.offered_load / self.servers
+
+    @property
+    def prob_wait(self) -> float:
+        """Erlang C: probability an arrival finds every server busy."""
+        return erlang_c(self.servers, self.offered_load)
+
+    @property
+    def _drain(self) -> float:
+        return self.servers * self.service_rate - self.arrival_rate
+
+    @property
+    def mean_wait(self) -> float:
+        """W_q = C / (c mu - lambda) (s)."""
+        return self.prob_wait / self._drain
+
+    @property
+    def mean_response(self) -> float:
+        """W = W_q + 1 / mu (s)."""
+        return self.mean_wait + 1.0 / self.service_rate
+
+    @property
+    def mean_queue_length(self) -> float:
+        """L_q = lambda W_q (requests waiting)."""
+        return self.arrival_rate * self.mean_wait
+
+    def wait_cdf(self, t):
+        """P(wait <= t) = 1 - C exp(-(c mu - lambda) t) for t >= 0."""
+        t = np.asarray(t, dtype=float)
+        return np.where(t < 0, 0.0, 1 - self.prob_wait * np.exp(-self._drain * np.maximum(t, 0)))
+
+    def wait_quantile(self, p: float) -> float:
+        """The p-quantile of queueing delay (s); 0 when p <= 1 - C."""
+        p = _check.probability("p", p)
+        c_wait = self.prob_wait
+        if p <= 1 - c_wait:
+            return 0.0
+        return math.log(c_wait / (1 - p)) / self._drain
