@@ -1,0 +1,38 @@
+"""The book's prose tables that mirror code must agree with the code."""
+
+import re
+from pathlib import Path
+
+from servingcap import LOCKED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _locked_table():
+    rows = {}
+    for line in (ROOT / "intro.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[2].startswith("`"):
+            rows[cells[0]] = (cells[1], re.findall(r"`(\w+)`", cells[2]))
+    return rows
+
+
+def test_intro_parameter_table_matches_locked():
+    rows = _locked_table()
+    assert len(rows) == 7
+    as_number = {
+        "prefill rate per replica": LOCKED.prefill_rate,
+        "decode step time at batch 32": LOCKED.decode_step_s * 1000,
+        "typical prompt": LOCKED.prompt_tokens,
+        "long-tail prompt": LOCKED.long_prompt_tokens,
+        "output length": LOCKED.output_tokens,
+        "TTFT objective (p99)": LOCKED.ttft_slo_s * 1000,
+        "TPOT objective (p99)": LOCKED.tpot_slo_s * 1000,
+    }
+    for name, expected in as_number.items():
+        value, fields = rows[name]
+        assert float(value.split()[0].replace(",", "")) == expected, name
+        for field in fields:
+            assert hasattr(LOCKED, field), field
+    batch_row = next(name for name in rows if name.startswith("decode step time at batch"))
+    assert int(batch_row.rsplit(" ", 1)[1]) == LOCKED.decode_batch
