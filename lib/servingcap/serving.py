@@ -1,0 +1,653 @@
+"""An iteration-level simulator of a continuous-batching LLM replica fleet.
+
+The model is the one Orca, vLLM and Sarathi-Serve share. Time advances in *steps*
+(forward passes). A step runs one token for every admitted sequence that is decoding,
+plus up to ``chunk_tokens`` of prompt prefill (all pending prefill when
+``chunk_tokens`` is None); its duration comes from a cost model. Arrivals that land
+during a step wait for the next step boundary. A sequence emits its first token at the
+end of the step that finishes its prefill, then one token per step until it has emitted
+``output_tokens``.
+
+Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt``,
+``edf``, ``priority``), admission by batch slots and KV-cache capacity (reserving the
+prompt, the expected or the maximum output), preemption with recompute when memory runs
+out, an optional prefix cache keyed by prompt block ids, a queue-depth cap and timeouts
+(recorded as ``rejected`` / ``timed_out``, never dropped), and several replicas behind a
+router (``random``, ``round_robin``, ``least_loaded``, or ``pooled``: one shared queue).
+
+Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
+output of :func:`simulate`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import _check
+from .params import LOCKED
+
+__all__ = ["Replica", "StepDetail", "simulate", "OUTCOMES", "POLICIES", "ROUTERS"]
+
+OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
+POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
+ROUTERS = ("least_loaded", "random", "round_robin", "pooled")
+RESERVES = ("prompt", "expected", "max")
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """Per-sequence composition of one step, for cost models that need it.
+
+    Attributes
+    ----------
+    prefill_chunks : numpy.ndarray
+        Length of each prefill chunk in the step (tokens).
+    prefill_cached : numpy.ndarray
+        Context already in the KV cache before each chunk (tokens).
+    decode_context : numpy.ndarray
+        Context length of each decoding sequence (tokens).
+    """
+
+    prefill_chunks: np.ndarray
+    prefill_cached: np.ndarray
+    decode_context: np.ndarray
+
+    @property
+    def prefill_tokens(self) -> int:
+        return int(self.prefill_chunks.sum())
+
+    @property
+    def decode_batch(self) -> int:
+        return int(self.decode_context.size)
+
+
+def detailed(cost: Callable[[StepDetail], float]) -> Callable[[StepDetail], float]:
+    """Mark a cost model as taking a :class:`StepDetail` instead of three totals."""
+    cost.wants_detail = True
+    return cost
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One serving replica: its speed, its batch and memory limits, its scheduler knobs.
+
+    Parameters
+    ----------
+    prefill_rate : float
+        Prompt tokens prefilled per second (tokens/s), used by the default cost model.
+    decode_step_s : float, mapping or callable
+        Decode step time (s): a constant, a ``{batch: seconds}`` table interpolated
+        linearly (clamped at its ends), or a function ``batch -> seconds``.
+    max_batch : int
+        Most sequences admitted at once (prefilling or decoding).
+    chunk_tokens : int or None
+        Prefill tokens per step (chunked prefill); None runs each prompt whole.
+    step_time : callable, optional
+        Replaces the default cost model. Either
+        ``step_time(prefill_tokens, decode_batch, decode_context_tokens) -> seconds``
+        (totals for the step), or a function decorated with :func:`detailed` that takes
+        a :class:`StepDetail`. Default: ``decode(batch) + prefill_tokens / prefill_rate``
+        with ``decode(0) = 0``.
+    kv_capacity_tokens : int or None
+        KV-cache capacity in tokens (None: unlimited).
+    kv_block_tokens : int
+        Allocation granularity (tokens per block); usage is rounded up to blocks.
+    kv_reserve : {"prompt", "expected", "max"}
+        What admission reserves besides the prompt: nothing (grow on demand), the
+        expected output (column ``predicted_output_tokens`` or ``expected_output_tokens``)
+        or the maximum output (column ``max_output_tokens`` or ``max_output_tokens``).
+    expected_output_tokens, max_output_tokens : int, optional
+        Fleet-wide defaults for the reservation when the request has no such column.
+    prefix_cache_blocks : int
+        Prompt blocks kept in a per-replica LRU prefix cache (0: off). Needs a
+        ``hash_ids`` column; a prompt's leading cached blocks skip prefill.
+    prefix_block_tokens : int
+        Tokens per ``hash_ids`` block (512 in the Mooncake trace).
+    max_queue : int or None
+        Queue-depth cap: an arrival that finds this many waiting is rejected at once.
+    timeout_s : float or None
+        A request still waiting this long after arrival leaves as ``timed_out``.
+    shed_past_deadline : bool
+        Drop a waiting request as ``timed_out`` once its ``deadline_s`` has passed
+        (deadline shedding); otherwise late requests are still served.
+    """
+
+    prefill_rate: float = LOCKED.prefill_rate
+    decode_step_s: float | Mapping | Callable = LOCKED.decode_step_s
+    max_batch: int = LOCKED.decode_batch
+    chunk_tokens: int | None = None
+    step_time: Callable | None = None
+    kv_capacity_tokens: int | None = None
+    kv_block_tokens: int = 16
+    kv_reserve: str = "prompt"
+    expected_output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    prefix_cache_blocks: int = 0
+    prefix_block_tokens: int = 512
+    max_queue: int | None = None
+    timeout_s: float | None = None
+    shed_past_deadline: bool = False
+    _decode: Callable = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        _check.positive("prefill_rate", self.prefill_rate)
+        _check.whole("max_batch", self.max_batch)
+        if self.chunk_tokens is not None:
+            _check.whole("chunk_tokens", self.chunk_tokens)
+        if self.kv_capacity_tokens is not None:
+            _check.whole("kv_capacity_tokens", self.kv_capacity_tokens)
+        _check.whole("kv_block_tokens", self.kv_block_tokens)
+        if self.kv_reserve not in RESERVES:
+            raise ValueError(f"kv_reserve must be one of {RESERVES}, got {self.kv_reserve!r}")
+        for name in ("expected_output_tokens", "max_output_tokens", "max_queue"):
+            if getattr(self, name) is not None:
+                _check.whole(name, getattr(self, name), minimum=0)
+        _check.whole("prefix_cache_blocks", self.prefix_cache_blocks, minimum=0)
+        _check.whole("prefix_block_tokens", self.prefix_block_tokens)
+        if self.timeout_s is not None:
+            _check.positive("timeout_s", self.timeout_s)
+        if self.step_time is not None and not callable(self.step_time):
+            raise ValueError(f"step_time must be callable, got {self.step_time!r}")
+        object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+
+    def decode_time(self, batch: int) -> float:
+        """Decode step time at ``batch`` sequences (s); 0 for an empty batch."""
+        return 0.0 if batch <= 0 else self._decode(batch)
+
+    def cost(self, detail: StepDetail) -> float:
+        """Duration of a step with this composition (s)."""
+        if self.step_time is None:
+            return self.decode_time(detail.decode_batch) + detail.prefill_tokens / self.prefill_rate
+        if getattr(self.step_time, "wants_detail", False):
+            seconds = self.step_time(detail)
+        else:
+            seconds = self.step_time(detail.prefill_tokens, detail.decode_batch,
+                                     int(detail.decode_context.sum()))
+        seconds = float(seconds)
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"step_time returned {seconds!r} for a non-empty step; "
+                             "it must return a positive number of seconds")
+        return seconds
+
+
+def _decode_curve(spec) -> Callable[[int], float]:
+    if callable(spec):
+        return lambda b: float(spec(b))
+    if isinstance(spec, Mapping):
+        if not spec:
+            raise ValueError("decode_step_s table must not be empty, got {}")
+        batches = np.array(sorted(spec), dtype=float)
+        seconds = np.array([_check.positive(f"decode_step_s[{b}]", spec[b]) for b in sorted(spec)])
+        for b in batches:
+            _check.positive("decode_step_s batch", b)
+        return lambda b: float(np.interp(b, batches, seconds))
+    value = _check.positive("decode_step_s", spec)
+    return lambda b: value
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class _Requests:
+    """Column arrays of the input, plus the per-request state the simulation mutates."""
+
+    def __init__(self, frame: pd.DataFrame, replica: Replica, policy: str):
+        if not isinstance(frame, pd.DataFrame):
+            raise ValueError(f"requests must be a pandas DataFrame, got {type(frame).__name__}")
+        for column in ("arrival_s", "prompt_tokens", "output_tokens"):
+            if column not in frame.columns:
+                raise ValueError(f"requests is missing column {column!r}; has {list(frame.columns)}")
+        self.n = n = len(frame)
+        self.arrival = _check.array("arrival_s", frame["arrival_s"].to_numpy(dtype=float))
+        self.prompt = self._tokens(frame, "prompt_tokens", minimum=1)
+        self.output = self._tokens(frame, "output_tokens", minimum=1)
+        self.predicted = (self._tokens(frame, "predicted_output_tokens", minimum=0)
+                          if "predicted_output_tokens" in frame else self.output)
+        self.priority = (frame["priority"].to_numpy(dtype=float)
+                         if "priority" in frame else np.zeros(n))
+        self.deadline = (_check.array("deadline_s", frame["deadline_s"].to_numpy(dtype=float))
+                         if "deadline_s" in frame else np.full(n, np.inf))
+        if policy == "edf" and "deadline_s" not in frame:
+            raise ValueError("policy 'edf' needs a deadline_s column in requests")
+        self.hash_ids = frame["hash_ids"].tolist() if "hash_ids" in frame else None
+        if replica.prefix_cache_blocks and self.hash_ids is None:
+            raise ValueError("prefix_cache_blocks > 0 needs a hash_ids column in requests")
+        self.reserve = self._reservation(frame, replica)
+        # state
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.admitted = np.full(n, np.nan)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.last_token = np.full(n, np.nan)
+        self.max_gap = np.zeros(n)
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.prefill_left = np.zeros(n, dtype=np.int64)
+        self.prefill_done = np.zeros(n, dtype=np.int64)   # context cached so far (tokens)
+        self.cached = np.zeros(n, dtype=np.int64)         # prefix-cache hits (tokens)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.outcome = np.array(["unfinished"] * n, dtype=object)
+
+    @staticmethod
+    def _tokens(frame, column, minimum):
+        values = _check.array(column, frame[column].to_numpy(dtype=float))
+        bad = (values < minimum) | (values != np.round(values))
+        if bad.any():
+            i = int(bad.argmax())
+            raise ValueError(f"{column} must be whole numbers >= {minimum}, got {values[i]!r} at row {i}")
+        return values.astype(np.int64)
+
+    def _reservation(self, frame, replica) -> np.ndarray:
+        if replica.kv_reserve == "prompt":
+            return np.zeros(self.n, dtype=np.int64)
+        if replica.kv_reserve == "expected":
+            column, default = "predicted_output_tokens", replica.expected_output_tokens
+        else:
+            column, default = "max_output_tokens", replica.max_output_tokens
+        if column in frame:
+            return self._tokens(frame, column, minimum=0)
+        if default is None:
+            raise ValueError(f"kv_reserve={replica.kv_reserve!r} needs a {column} column or "
+                             f"Replica({'expected' if column.startswith('pred') else 'max'}_output_tokens=...)")
+        return np.full(self.n, int(default), dtype=np.int64)
+
+    def key(self, i: int, policy: str) -> tuple:
+        """Queue order: smaller first; ties by arrival then index."""
+        if policy == "fcfs":
+            return (self.arrival[i], i)
+        if policy == "sjf":
+            return (self.predicted[i], self.arrival[i], i)
+        if policy == "srpt":
+            return (self.predicted[i] - self.generated[i], self.arrival[i], i)
+        if policy == "edf":
+            return (self.deadline[i], self.arrival[i], i)
+        return (self.priority[i], self.arrival[i], i)
+
+
+class _Queue:
+    """A waiting queue ordered by the policy key (a heap), shared when routing is pooled."""
+
+    def __init__(self):
+        self.heap: list = []
+        self.replicas: list = []
+
+    def __len__(self):
+        return len(self.heap)
+
+    def push(self, key, i):
+        heapq.heappush(self.heap, (key, i))
+
+
+# --------------------------------------------------------------------------- one replica
+
+
+class _Engine:
+    """The mutable state of one replica during a simulation."""
+
+    def __init__(self, index: int, spec: Replica, req: _Requests, queue: _Queue,
+                 policy: str, steps: list | None):
+        self.index, self.spec, self.req, self.queue = index, spec, req, queue
+        self.policy = policy
+        self.running: list[int] = []       # admission order (newest last)
+        self.prefilling: list[int] = []    # FIFO of sequences with prefill left
+        self.busy_until = math.inf          # end of the step in flight (inf: idle)
+        self.step_decode = np.zeros(0, dtype=np.int64)
+        self.step_prefill: list[tuple[int, int]] = []
+        self.steps = steps
+        self.prefix: OrderedDict = OrderedDict()
+        self.kv_used_blocks = 0
+        self.busy_time = 0.0
+        self.repeat = 1
+
+    # ---- memory
+    def _blocks(self, tokens) -> np.ndarray:
+        return -(-np.asarray(tokens) // self.spec.kv_block_tokens)
+
+    def _held(self, idx, extra=0) -> np.ndarray:
+        """KV blocks held by sequences ``idx``: prompt plus the larger of the tokens
+        generated (``+ extra`` for a step about to run) and the output reserved."""
+        r = self.req
+        idx = np.asarray(idx, dtype=np.int64)
+        return self._blocks(r.prompt[idx] + np.maximum(r.generated[idx] + extra, r.reserve[idx]))
+
+    def _kv_blocks_in_use(self) -> int:
+        return int(self._held(self.running).sum()) if self.running else 0
+
+    @property
+    def _kv_limit(self) -> float:
+        cap = self.spec.kv_capacity_tokens
+        return math.inf if cap is None else cap // self.spec.kv_block_tokens
+
+    def load(self) -> int:
+        """Outstanding requests (waiting here + admitted), for least-loaded routing."""
+        return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+
+    # ---- admission
+    def _admit(self, now: float) -> None:
+        r, spec = self.req, self.spec
+        heap = self.queue.heap
+        while heap and len(self.running) < spec.max_batch:
+            _, i = heap[0]
+            expiry = min(r.deadline[i] if spec.shed_past_deadline else math.inf,
+                         math.inf if spec.timeout_s is None else r.arrival[i] + spec.timeout_s)
+            if expiry <= now:
+                heapq.heappop(heap)
+                r.outcome[i] = "timed_out"
+                r.finish[i] = expiry
+                r.replica[i] = self.index if r.replica[i] < 0 else r.replica[i]
+                continue
+            need = int(self._held([i])[0])
+            if need > self._kv_limit:
+                raise ValueError(
+                    f"request {i} needs {int(need)} KV blocks (prompt {r.prompt[i]} tokens) but "
+                    f"kv_capacity_tokens={spec.kv_capacity_tokens} holds only {int(self._kv_limit)}")
+            if self._kv_blocks_in_use() + need > self._kv_limit:
+                break                                     # head of line waits for memory
+            heapq.heappop(heap)
+            self._start(i, now)
+
+    def _start(self, i: int, now: float) -> None:
+        r = self.req
+        r.replica[i] = self.index
+        if np.isnan(r.admitted[i]):
+            r.admitted[i] = now
+        cached = self._prefix_hit(i) if r.generated[i] == 0 else 0
+        r.cached[i] = max(r.cached[i], cached)
+        r.prefill_done[i] = cached
+        r.prefill_left[i] = r.prompt[i] + r.generated[i] - cached   # recompute after preemption
+        self.running.append(i)
+        self.prefilling.append(i)
+
+    def _prefix_hit(self, i: int) -> int:
+        if not self.spec.prefix_cache_blocks:
+            return 0
+        hits = 0
+        for block in self.req.hash_ids[i]:
+            if block not in self.prefix:
+                break
+            self.prefix.move_to_end(block)
+            hits += 1
+        # always prefill at least one token: the last one produces the first output token
+        return int(min(hits * self.spec.prefix_block_tokens, self.req.prompt[i] - 1))
+
+    def _remember_prefix(self, i: int) -> None:
+        if not self.spec.prefix_cache_blocks:
+            return
+        for block in self.req.hash_ids[i]:
+            self.prefix[block] = True
+            self.prefix.move_to_end(block)
+        while len(self.prefix) > self.spec.prefix_cache_blocks:
+            self.prefix.popitem(last=False)
+
+    # ---- one step
+    def plan(self, now: float, next_arrival: float = math.inf) -> None:
+        """Admit what fits and start the next step at ``now`` (or go idle).
+
+        When the step is pure decode with a batch-only cost, the same step repeats
+        until the first sequence finishes, an arrival could join, or memory runs out;
+        those identical steps are taken at once (``self.repeat`` of them).
+        """
+        self._admit(now)
+        r = self.req
+        decoding = np.array([i for i in self.running if r.prefill_left[i] == 0], dtype=np.int64)
+        chunks = self._chunks()
+        decoding, chunks = self._make_room(decoding, chunks)
+        if not chunks and decoding.size == 0:
+            self.busy_until = math.inf
+            self.step_prefill, self.step_decode = [], decoding
+            return
+        detail = StepDetail(
+            prefill_chunks=np.array([t for _, t in chunks], dtype=np.int64),
+            prefill_cached=np.array([r.prefill_done[i] for i, _ in chunks], dtype=np.int64),
+            decode_context=r.prompt[decoding] + r.generated[decoding],
+        )
+        duration = self.spec.cost(detail)
+        repeat = 1
+        if not chunks and self.spec.step_time is None:
+            repeat = self._identical_steps(decoding, duration, now, next_arrival)
+        self.step_prefill, self.step_decode, self.repeat = chunks, decoding, repeat
+        self.busy_until = now + repeat * duration
+        self.busy_time += repeat * duration
+        if self.steps is not None:
+            growth = np.arange(repeat)[:, None]            # KV grows during repeated steps
+            kv = self._held(self.running, growth).sum(axis=1) * self.spec.kv_block_tokens
+            self.steps.append((now, self.index, duration, detail.decode_batch,
+                               detail.prefill_tokens, len(self.running), len(self.queue),
+                               kv, repeat))
+
+    def _identical_steps(self, decoding, duration, now, next_arrival) -> int:
+        """How many copies of this pure-decode step run before anything can change."""
+        r = self.req
+        k = int((r.output[decoding] - r.generated[decoding]).min())     # first finish
+        if len(self.running) < self.spec.max_batch and next_arrival < math.inf:
+            k = min(k, max(1, math.ceil((next_arrival - now) / duration)))  # a newcomer joins
+        if k > 1 and self._kv_limit < math.inf:
+            lo, hi = 1, k                                                 # memory still fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if int(self._held(self.running, mid).sum()) <= self._kv_limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+        return max(k, 1)
+
+    def _chunks(self) -> list[tuple[int, int]]:
+        """Prefill work for this step: (sequence, tokens), oldest admission first."""
+        budget = self.spec.chunk_tokens or math.inf
+        chunks = []
+        for i in self.prefilling:
+            if budget <= 0:
+                break
+            take = int(min(self.req.prefill_left[i], budget))
+            chunks.append((i, take))
+            budget -= take
+        return chunks
+
+    def _make_room(self, decoding, chunks):
+        """Preempt (recompute) the newest sequences until the tokens this step emits fit."""
+        if self._kv_limit == math.inf:
+            return decoding, chunks
+        r = self.req
+        while len(self.running) > 1:
+            emitting = set(decoding.tolist())
+            emitting.update(i for i, take in chunks if take == r.prefill_left[i])
+            grow = np.array([1 if i in emitting else 0 for i in self.running])
+            if int(self._held(self.running, grow).sum()) <= self._kv_limit:
+                break
+            victim = self.running.pop()
+            if victim in self.prefilling:
+                self.prefilling.remove(victim)
+            r.preemptions[victim] += 1
+            r.prefill_done[victim] = 0
+            r.prefill_left[victim] = 0
+            self.queue.push(r.key(victim, self.policy), victim)
+            decoding = decoding[decoding != victim]
+            chunks = [(i, take) for i, take in chunks if i != victim]
+        return decoding, chunks
+
+    def finish_step(self) -> None:
+        """Apply the step that ends at ``busy_until``: tokens out, prefill progress, exits."""
+        now, r = self.busy_until, self.req
+        if self.repeat > 1:                      # identical decode steps taken at once
+            d = self.step_decode
+            step = (now - r.last_token[d]) / self.repeat
+            r.max_gap[d] = np.maximum(r.max_gap[d], step)
+            r.generated[d] += self.repeat - 1
+            r.last_token[d] = now - step
+        emitted = [self.step_decode]
+        for i, take in self.step_prefill:
+            r.prefill_left[i] -= take
+            r.prefill_done[i] += take
+            if r.prefill_left[i] == 0:
+                self.prefilling.remove(i)
+                emitted.append(np.array([i]))
+                if r.generated[i] == 0:
+                    r.first[i] = now
+                    self._remember_prefix(i)
+        out = np.concatenate(emitted) if len(emitted) > 1 else emitted[0]
+        if out.size:
+            gaps = now - r.last_token[out]
+            seen = ~np.isnan(gaps)
+            r.max_gap[out[seen]] = np.maximum(r.max_gap[out[seen]], gaps[seen])
+            r.last_token[out] = now
+            r.generated[out] += 1
+            done = out[r.generated[out] >= r.output[out]]
+            if done.size:
+                r.finish[done] = now
+                r.outcome[done] = "done"
+                gone = set(done.tolist())
+                self.running = [i for i in self.running if i not in gone]
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
+             router: str = "least_loaded", policy: str = "fcfs", seed=None,
+             until_s: float | None = None, step_log: bool = False):
+    """Replay ``requests`` through ``replicas`` copies of ``replica``.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        One row per request: ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``;
+        optional ``predicted_output_tokens`` (SJF/SRPT key, ``expected`` reservation),
+        ``max_output_tokens`` (``max`` reservation), ``priority`` (lower first),
+        ``deadline_s`` (EDF key and shedding time), ``hash_ids`` (prefix cache).
+    replica : Replica
+        The replica model (default: the book's locked replica).
+    replicas : int
+        Number of identical replicas.
+    router : {"least_loaded", "random", "round_robin", "pooled"}
+        How arrivals are assigned: to the replica with the fewest outstanding requests,
+        uniformly at random, in turn, or to one queue shared by all replicas.
+    policy : {"fcfs", "sjf", "srpt", "edf", "priority"}
+        Order of each waiting queue.
+    seed : int, optional
+        Seed for the random router.
+    until_s : float, optional
+        Stop at this time; requests not finished by then are ``unfinished``.
+    step_log : bool
+        Also return a per-step DataFrame (start time, replica, duration, decode batch,
+        prefill tokens, running, waiting, KV tokens in use).
+
+    Returns
+    -------
+    pandas.DataFrame, or (DataFrame, DataFrame) with ``step_log=True``
+        One row per request, in input order: ``arrival_s, prompt_tokens,
+        output_tokens, replica, admitted_s, first_token_s, finish_s, ttft_s, tpot_s,
+        max_gap_s, e2e_s, outcome, preemptions, cached_tokens`` (times in s; NaN where
+        the event did not happen, e.g. the first token of a rejected request).
+    """
+    replica = Replica() if replica is None else replica
+    if not isinstance(replica, Replica):
+        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
+    n_rep = _check.whole("replicas", replicas)
+    if router not in ROUTERS:
+        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    horizon = math.inf if until_s is None else _check.positive("until_s", until_s)
+    req = _Requests(requests, replica, policy)
+    if replica.kv_capacity_tokens is not None and req.n:
+        longest = -(-(req.prompt + np.maximum(req.output, req.reserve)) // replica.kv_block_tokens)
+        limit = replica.kv_capacity_tokens // replica.kv_block_tokens
+        if longest.max() > limit:
+            i = int(longest.argmax())
+            raise ValueError(
+                f"request {i} needs {int(longest[i])} KV blocks at full length (prompt "
+                f"{req.prompt[i]} + output {req.output[i]} tokens) but kv_capacity_tokens="
+                f"{replica.kv_capacity_tokens} holds {limit} blocks of {replica.kv_block_tokens}")
+    order = np.argsort(req.arrival, kind="stable")
+    rng = np.random.default_rng(seed)
+    steps: list | None = [] if step_log else None
+
+    shared = _Queue() if router == "pooled" else None
+    engines = []
+    for k in range(n_rep):
+        queue = shared if shared is not None else _Queue()
+        engine = _Engine(k, replica, req, queue, policy, steps)
+        queue.replicas.append(engine)
+        engines.append(engine)
+    next_rr = 0
+    a = 0
+
+    def _next(k):
+        return req.arrival[order[k]] if k < req.n else math.inf
+
+    while True:
+        engine = min(engines, key=lambda e: e.busy_until)
+        t_arrival = req.arrival[order[a]] if a < req.n else math.inf
+        if min(t_arrival, engine.busy_until) > horizon:
+            break
+        if a < req.n and t_arrival <= engine.busy_until:
+            i = int(order[a])
+            a += 1
+            if router == "pooled":
+                target = engines[0]
+            elif router == "least_loaded":
+                target = min(engines, key=lambda e: (e.load(), e.index))
+            elif router == "random":
+                target = engines[int(rng.integers(n_rep))]
+            else:
+                target = engines[next_rr % n_rep]
+                next_rr += 1
+            queue = target.queue
+            if replica.max_queue is not None and len(queue) >= replica.max_queue:
+                req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
+                continue
+            queue.push(req.key(i, policy), i)
+            for idle in queue.replicas:
+                if idle.busy_until == math.inf:
+                    idle.plan(t_arrival, _next(a))
+            continue
+        if engine.busy_until == math.inf:
+            break                                   # every replica idle, no arrivals left
+        now = engine.busy_until
+        engine.finish_step()
+        engine.plan(now, _next(a))
+    return _result(requests, req, steps)
+
+
+def _result(frame: pd.DataFrame, req: _Requests, steps):
+    ttft = req.first - req.arrival
+    done = req.outcome == "done"
+    decode_tokens = req.output - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(done & (decode_tokens > 0), (req.finish - req.first) / decode_tokens, np.nan)
+    e2e = np.where(done, req.finish - req.arrival, np.nan)
+    out = pd.DataFrame({
+        "arrival_s": req.arrival,
+        "prompt_tokens": req.prompt,
+        "output_tokens": req.output,
+        "replica": req.replica,
+        "admitted_s": req.admitted,
+        "first_token_s": req.first,
+        "finish_s": req.finish,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "max_gap_s": np.where(req.generated > 1, req.max_gap, np.nan),
+        "e2e_s": e2e,
+        "outcome": pd.Categorical(req.outcome, categories=list(OUTCOMES)),
+        "preemptions": req.preemptions,
+        "cached_tokens": req.cached,
+    }, index=frame.index)
+    if steps is None:
+        return out
+    columns = ["start_s", "replica", "duration_s", "decode_batch", "prefill_tokens",
+               "running", "waiting", "kv_tokens"]
+    raw = pd.DataFrame(steps, columns=columns + ["repeat"])
+    log = raw.loc[raw.index.repeat(raw["repeat"]), columns].reset_index(drop=True)
+    nth = raw["repeat"].to_numpy()
+    offset = np.arange(nth.sum()) - np.repeat(np.cumsum(nth) - nth, nth)
+    log["start_s"] = log["start_s"].to_numpy() + offset * log["duration_s"].to_numpy()
+    log["kv_tokens"] = np.concatenate(raw["kv_tokens"].to_list()).astype(np.int64)
+    log = log.sort_values(["start_s", "replica"], kind="stable").reset_index(drop=True)
+    return out, log

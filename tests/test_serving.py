@@ -1,0 +1,307 @@
+"""The iteration-level serving simulator: accounting, limits, closed-form agreement."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servingcap import LOCKED, MG1, sim
+from servingcap.serving import Replica, StepDetail, detailed, simulate
+
+
+def poisson_requests(rate, n, seed, prompt=2000, outputs=(100, 500)):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
+        "prompt_tokens": prompt,
+        "output_tokens": rng.integers(outputs[0], outputs[1] + 1, n),
+    })
+
+
+def service_time(frame, replica=LOCKED):
+    """One slot, no batching: prefill, then N - 1 decode steps (s)."""
+    return (frame.prompt_tokens / replica.prefill_rate
+            + (frame.output_tokens - 1) * replica.decode_step_s).to_numpy()
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+def test_every_request_appears_once_with_an_outcome():
+    reqs = poisson_requests(rate=8.0, n=3000, seed=1)
+    out = simulate(reqs, Replica(max_queue=20, timeout_s=5.0), replicas=2)
+    assert len(out) == len(reqs) and (out.index == reqs.index).all()
+    counts = out.outcome.value_counts()
+    assert counts.sum() == len(reqs)
+    assert counts["done"] > 0 and counts["rejected"] > 0 and counts["timed_out"] > 0
+    assert counts["unfinished"] == 0
+    done = out[out.outcome == "done"]
+    assert done[["first_token_s", "finish_s", "ttft_s", "e2e_s"]].notna().all().all()
+    assert (done.finish_s >= done.first_token_s).all()
+    assert (done.first_token_s >= done.admitted_s).all() and (done.admitted_s >= done.arrival_s).all()
+    refused = out[out.outcome.isin(["rejected", "timed_out"])]
+    assert refused.first_token_s.isna().all() and refused.finish_s.notna().all()
+    rejected = out[out.outcome == "rejected"]
+    assert np.allclose(rejected.finish_s, rejected.arrival_s)
+    timed_out = out[out.outcome == "timed_out"]
+    assert np.allclose(timed_out.finish_s - timed_out.arrival_s, 5.0)
+
+
+def test_horizon_leaves_requests_unfinished_but_accounted():
+    reqs = poisson_requests(rate=3.0, n=500, seed=2)
+    out = simulate(reqs, Replica(), until_s=60.0)
+    counts = out.outcome.value_counts()
+    assert counts.sum() == len(reqs) and counts["unfinished"] > 0
+    assert (out.loc[out.outcome == "done", "finish_s"] <= 60.0 + 1e-9).all()
+
+
+# --------------------------------------------------------------------------- exact limits
+
+
+def test_one_slot_waits_equal_the_fcfs_lindley_recursion_exactly():
+    # With one slot the replica is a single FCFS server whose service time is
+    # prefill + (N - 1) decode steps, so its waits must equal fcfs_waits to round-off.
+    reqs = poisson_requests(rate=0.08, n=2000, seed=3)
+    out = simulate(reqs, Replica(max_batch=1))
+    expected = sim.fcfs_waits(reqs.arrival_s, service_time(reqs))
+    assert np.allclose(out.admitted_s - out.arrival_s, expected, atol=1e-6)
+
+
+def test_one_slot_agrees_with_pollaczek_khinchine():
+    # Ten independent seeded replications at rho = 0.7; the replication means are iid, so
+    # their standard error is std/sqrt(10). The closed form must lie within 4 standard
+    # errors (a false alarm has probability < 1e-3 even with t(9) tails ~ 0.3 %), and the
+    # standard error must be under 5 % of the answer so that the test has teeth.
+    lo, hi = 100, 500
+    outputs = np.arange(lo, hi + 1)
+    services = 0.25 + (outputs - 1) * 0.030
+    mean_s, cv = services.mean(), services.std() / services.mean()
+    rate = 0.7 / mean_s
+    theory = MG1(rate, mean_s, cv).mean_wait
+    means = []
+    for seed in range(10):
+        reqs = poisson_requests(rate, 6000, seed=100 + seed, outputs=(lo, hi))
+        out = simulate(reqs, Replica(max_batch=1))
+        means.append((out.admitted_s - out.arrival_s).to_numpy()[500:].mean())
+    se = np.std(means, ddof=1) / math.sqrt(len(means))
+    assert se < 0.05 * theory
+    assert abs(np.mean(means) - theory) < 4 * se
+
+
+def test_unperturbed_request_has_constant_tpot_and_phase_arithmetic():
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [300]})
+    out = simulate(reqs, Replica()).iloc[0]
+    assert out.ttft_s == pytest.approx(LOCKED.prefill_s, abs=1e-12)
+    assert out.tpot_s == pytest.approx(LOCKED.decode_step_s, abs=1e-12)
+    assert out.max_gap_s == pytest.approx(LOCKED.decode_step_s, abs=1e-12)
+    assert out.e2e_s == pytest.approx(LOCKED.e2e_s, abs=1e-9)        # 9.22 s
+
+
+def _interference_workload():
+    """32 sequences decoding, then a 4,000-token prompt arrives."""
+    decoders = pd.DataFrame({"arrival_s": np.zeros(32), "prompt_tokens": 100, "output_tokens": 300})
+    long = pd.DataFrame({"arrival_s": [1.0], "prompt_tokens": [4000], "output_tokens": [50]})
+    return pd.concat([decoders, long], ignore_index=True)
+
+
+def test_unchunked_prefill_stalls_every_decoder_530_ms():
+    reqs = _interference_workload()
+    out = simulate(reqs, Replica(max_batch=33))
+    victims = out.iloc[:32]
+    assert np.allclose(victims.max_gap_s, 0.030 + 4000 / 8000)         # the 530 ms step
+
+
+def test_chunked_prefill_keeps_gaps_within_budget_and_costs_ttft():
+    c_max = round((0.050 - 0.030) * 8000)                                # 160 tokens
+    reqs = _interference_workload()
+    out = simulate(reqs, Replica(max_batch=33, chunk_tokens=c_max))
+    assert out.iloc[:32].max_gap_s.max() == pytest.approx(0.050, abs=1e-12)
+    # 25 chunks of 160 tokens, each in a 50 ms step; arrival lands mid-step and waits
+    # for the boundary, so TTFT is 1.25 s plus less than one 30 ms step.
+    ttft = out.iloc[32].ttft_s
+    assert 1.25 - 1e-9 <= ttft < 1.25 + 0.030
+
+
+def test_multi_step_jump_matches_step_by_step():
+    # A user cost model disables the identical-step shortcut; with the same arithmetic as
+    # the default, every per-request time must agree.
+    def same_cost(prefill_tokens, decode_batch, context_tokens):
+        return (0.030 if decode_batch else 0.0) + prefill_tokens / 8000
+
+    reqs = poisson_requests(rate=4.0, n=400, seed=4)
+    fast, log_fast = simulate(reqs, Replica(chunk_tokens=512), replicas=2, step_log=True)
+    slow, log_slow = simulate(reqs, Replica(chunk_tokens=512, step_time=same_cost), replicas=2,
+                              step_log=True)
+    cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
+    assert np.allclose(fast[cols].to_numpy(), slow[cols].to_numpy(), equal_nan=True, atol=1e-9)
+    assert len(log_fast) == len(log_slow)
+    for column in ("start_s", "duration_s", "decode_batch", "prefill_tokens", "running", "kv_tokens"):
+        assert np.allclose(log_fast[column], log_slow[column], atol=1e-9), column
+
+
+def test_littles_law_at_the_admitted_sequence_boundary():
+    # L from the engine's own step log (time-weighted running count) against
+    # throughput x mean residence (admission to finish); the window is the whole run,
+    # which starts and ends empty, so the identity is exact up to step granularity.
+    reqs = poisson_requests(rate=3.0, n=2000, seed=5)
+    out, log = simulate(reqs, Replica(chunk_tokens=256), step_log=True)
+    end = float(out.finish_s.max())
+    area = float((log.running * log.duration_s).sum())
+    L_engine = area / end
+    lam_W = len(out) / end * float((out.finish_s - out.admitted_s).mean())
+    assert L_engine == pytest.approx(lam_W, rel=1e-6)
+    L_direct = sim.time_average_in_system(out.admitted_s, out.finish_s, start=0.0, end=end)
+    assert L_direct == pytest.approx(lam_W, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_kv_in_use_never_exceeds_capacity_and_preemption_is_counted():
+    reqs = poisson_requests(rate=6.0, n=800, seed=6, prompt=1000, outputs=(200, 800))
+    capacity = 24_000
+    out, log = simulate(reqs, Replica(kv_capacity_tokens=capacity, kv_block_tokens=16),
+                        step_log=True)
+    assert (log.kv_tokens <= capacity).all()
+    assert out.preemptions.sum() > 0
+    assert (out.outcome == "done").all()
+    preempted = out[out.preemptions > 0]
+    # a preempted sequence recomputes, which shows as an inter-token gap longer than a step
+    assert (preempted.max_gap_s > 0.030 + 1e-9).all()
+
+
+def test_reserving_max_output_avoids_preemption():
+    reqs = poisson_requests(rate=6.0, n=800, seed=6, prompt=1000, outputs=(200, 800))
+    replica = Replica(kv_capacity_tokens=24_000, kv_reserve="max", max_output_tokens=800)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert out.preemptions.sum() == 0
+    assert (log.kv_tokens <= 24_000).all()
+    # reserving 1,800 tokens per sequence admits at most 13 at once
+    assert log.running.max() <= 24_000 // 1800
+
+
+def test_request_larger_than_memory_is_an_error():
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [5000], "output_tokens": [10]})
+    with pytest.raises(ValueError, match="kv_capacity_tokens=4000"):
+        simulate(reqs, Replica(kv_capacity_tokens=4000))
+
+
+def test_prefix_cache_skips_cached_blocks():
+    reqs = pd.DataFrame({
+        "arrival_s": [0.0, 10.0],
+        "prompt_tokens": [2048, 2048],
+        "output_tokens": [5, 5],
+        "hash_ids": [[1, 2, 3, 4], [1, 2, 3, 9]],
+    })
+    out = simulate(reqs, Replica(prefix_cache_blocks=100))
+    assert list(out.cached_tokens) == [0, 3 * 512]
+    assert out.ttft_s.iloc[1] == pytest.approx((2048 - 1536) / 8000)
+
+
+# --------------------------------------------------------------------------- fleet and policy
+
+
+def test_round_robin_and_random_routing():
+    reqs = poisson_requests(rate=2.0, n=12, seed=7)
+    out = simulate(reqs, Replica(), replicas=3, router="round_robin")
+    assert list(out.replica) == [0, 1, 2] * 4
+    a = simulate(reqs, Replica(), replicas=3, router="random", seed=11)
+    b = simulate(reqs, Replica(), replicas=3, router="random", seed=11)
+    assert list(a.replica) == list(b.replica) and set(a.replica) == {0, 1, 2}
+
+
+def test_pooled_queue_is_never_worse_than_random_routing():
+    reqs = poisson_requests(rate=6.0, n=3000, seed=8)
+    replica = Replica(max_batch=8)
+    pooled = simulate(reqs, replica, replicas=3, router="pooled")
+    random = simulate(reqs, replica, replicas=3, router="random", seed=1)
+    assert pooled.ttft_s.quantile(0.99) < random.ttft_s.quantile(0.99)
+
+
+def test_sjf_serves_short_jobs_first():
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2, 0.3], "prompt_tokens": 100,
+                         "output_tokens": [50, 400, 300, 10]})
+    out = simulate(reqs, Replica(max_batch=1), policy="sjf")
+    order = out.sort_values("admitted_s").index.tolist()
+    assert order == [0, 3, 2, 1]
+
+
+def test_edf_needs_deadlines_and_orders_by_them():
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2], "prompt_tokens": 100,
+                         "output_tokens": [50, 50, 50]})
+    with pytest.raises(ValueError, match="deadline_s"):
+        simulate(reqs, Replica(max_batch=1), policy="edf")
+    reqs["deadline_s"] = [100.0, 50.0, 10.0]
+    out = simulate(reqs, Replica(max_batch=1), policy="edf")
+    assert out.sort_values("admitted_s").index.tolist() == [0, 2, 1]
+
+
+def test_priority_classes_and_deadline_shedding():
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2], "prompt_tokens": 100,
+                         "output_tokens": [100, 100, 100], "priority": [1, 1, 0],
+                         "deadline_s": [100.0, 2.0, 100.0]})
+    out = simulate(reqs, Replica(max_batch=1, shed_past_deadline=True), policy="priority")
+    assert list(out.outcome) == ["done", "timed_out", "done"]
+    # the priority-0 request jumps the queue and starts when the first one finishes;
+    # the late one is shed with its deadline as its finish time
+    assert out.admitted_s[2] == pytest.approx(out.finish_s[0])
+    assert out.finish_s[1] == pytest.approx(2.0)
+
+
+# --------------------------------------------------------------------------- cost models
+
+
+def test_decode_table_is_interpolated():
+    replica = Replica(decode_step_s={16: 0.020, 32: 0.030, 64: 0.055})
+    assert replica.decode_time(16) == pytest.approx(0.020)
+    assert replica.decode_time(48) == pytest.approx(0.0425)
+    assert replica.decode_time(0) == 0.0
+
+
+def test_detailed_cost_model_sees_each_chunk_and_context():
+    seen = []
+
+    @detailed
+    def cost(detail: StepDetail) -> float:
+        seen.append(detail)
+        return 0.01 + 1e-6 * detail.prefill_chunks.sum() + 1e-7 * detail.decode_context.sum()
+
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [300], "output_tokens": [3]})
+    simulate(reqs, Replica(chunk_tokens=128, step_time=cost))
+    assert [d.prefill_chunks.tolist() for d in seen[:3]] == [[128], [128], [44]]
+    assert [d.prefill_cached.tolist() for d in seen[:3]] == [[0], [128], [256]]
+    assert seen[3].decode_context.tolist() == [301]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"prefill_rate": -1}, "prefill_rate"),
+    ({"max_batch": 0}, "max_batch"),
+    ({"chunk_tokens": 2.5}, "chunk_tokens"),
+    ({"kv_reserve": "some"}, "kv_reserve"),
+    ({"decode_step_s": float("nan")}, "decode_step_s"),
+    ({"timeout_s": 0}, "timeout_s"),
+])
+def test_bad_replica_parameters_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Replica(**kwargs)
+
+
+def test_bad_requests_and_options_are_named():
+    good = poisson_requests(1.0, 5, seed=9)
+    with pytest.raises(ValueError, match="output_tokens"):
+        simulate(good.drop(columns="output_tokens"))
+    bad = good.copy()
+    bad.loc[2, "prompt_tokens"] = -5
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        simulate(bad)
+    with pytest.raises(ValueError, match="router"):
+        simulate(good, router="fastest")
+    with pytest.raises(ValueError, match="policy"):
+        simulate(good, policy="lifo")
+    with pytest.raises(ValueError, match="replicas"):
+        simulate(good, replicas=0)
+    with pytest.raises(ValueError, match="max_output_tokens"):
+        simulate(good, Replica(kv_capacity_tokens=10**6, kv_reserve="max"))
+    with pytest.raises(ValueError, match="step_time returned"):
+        simulate(good, Replica(step_time=lambda p, b, c: -1.0))
