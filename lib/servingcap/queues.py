@@ -282,8 +282,9 @@ def _servers_and_load(servers, offered_load):
 def erlang_b(servers: int, offered_load: float) -> float:
     """Erlang B: probability an arrival finds all ``servers`` busy in a loss system.
 
-    Computed as P(N = c) / P(N <= c) for N ~ Poisson(offered_load), in log space, so it
-    is exact and stable for thousands of servers.
+    Computed as P(N = c) / P(N <= c) for N ~ Poisson(offered_load) in log space when
+    a <= c, and by the classic recursion when a > c, so it is exact and stable for
+    thousands of servers at any load.
 
     Parameters
     ----------
@@ -293,7 +294,15 @@ def erlang_b(servers: int, offered_load: float) -> float:
         a = lambda / mu in Erlangs, > 0.
     """
     c, a = _servers_and_load(servers, offered_load)
-    return float(np.exp(stats.poisson.logpmf(c, a) - stats.poisson.logcdf(c, a)))
+    if a <= c:
+        # P(N <= c) >= 1/2 here, so the log-space ratio cannot underflow.
+        return float(np.exp(stats.poisson.logpmf(c, a) - stats.poisson.logcdf(c, a)))
+    # Overloaded loss system: the stable recursion 1/B(k) = 1 + (k/a) / B(k-1) stays
+    # bounded (1/B <= a / (a - c)), where the Poisson CDF would underflow.
+    inverse = 1.0
+    for k in range(1, c + 1):
+        inverse = 1.0 + inverse * k / a
+    return 1.0 / inverse
 
 
 def erlang_c(servers: int, offered_load: float) -> float:

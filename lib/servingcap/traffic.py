@@ -12,18 +12,36 @@ column                    unit     meaning
 ``hash_ids`` (Mooncake)   ids      512-token prompt blocks; a repeated id is a
                                    reusable prefix block
 ========================  =======  ==========================================
+
+The rest of the module is offered-load arithmetic:
+
+- fluid bursts: :func:`burst_backlog`, :func:`drain_time`, :func:`balancing_rate`,
+  :func:`fluid_backlog` (backlog over time for a piecewise-constant rate profile) and
+  :func:`piecewise_poisson` (Poisson arrivals from such a profile, to check the fluid
+  answer by simulation);
+- burstiness of an arrival stream: :func:`window_counts`, :func:`index_of_dispersion`,
+  :func:`peak_to_mean`, :func:`window_utilization`, :func:`mean_rate`;
+- reshaping a trace: :func:`rescale_to_rate` (same burst shape at another mean rate)
+  and :func:`poisson_like` (same requests, Poisson timing at the same mean rate).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["TRACES", "data_dir", "load_trace"]
+from . import _check
+from ._check import UnstableQueueError
+
+__all__ = [
+    "TRACES", "data_dir", "load_trace",
+    "burst_backlog", "drain_time", "balancing_rate", "fluid_backlog", "piecewise_poisson",
+    "window_counts", "index_of_dispersion", "peak_to_mean", "window_utilization",
+    "mean_rate", "rescale_to_rate", "poisson_like",
+]
 
 TRACES = {
     "azure_conv": "AzureLLMInferenceTrace_conv_2023.csv",
@@ -88,7 +106,9 @@ def _read_azure(path: Path) -> pd.DataFrame:
     try:
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601")
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path.name}: TIMESTAMP has a value that is not a date-time ({exc})") from exc
+        raise ValueError(
+            f"{path.name}: TIMESTAMP has a value that is not a date-time ({exc})"
+        ) from exc
     seconds = (stamps - stamps.min()).dt.total_seconds()
     return pd.DataFrame({"arrival_s": seconds, "prompt_tokens": frame["ContextTokens"],
                          "output_tokens": frame["GeneratedTokens"]})
@@ -120,8 +140,270 @@ def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values))
         if bad.any():
             row = int(bad.argmax())
-            raise ValueError(f"{path.name}: row {row} has {column} = {frame[column].iloc[row]!r}, "
+            raw = frame[column].iloc[row]
+            shown = raw.item() if hasattr(raw, "item") else raw
+            raise ValueError(f"{path.name}: row {row} has {column} = {shown!r}, "
                              "expected a whole number of tokens >= 0")
         frame[column] = values.astype(np.int64)
     frame["arrival_s"] = frame["arrival_s"].astype(float)
     return frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Fluid bursts: backlog and drain for piecewise-constant arrival rates
+# ---------------------------------------------------------------------------------------
+
+def burst_backlog(arrival_rate: float, capacity: float, duration_s: float) -> float:
+    """Requests queued by a burst that arrives faster than it is served (requests).
+
+    Fluid approximation: for ``duration_s`` seconds requests arrive at ``arrival_rate``
+    (requests/s) and leave at most at ``capacity`` (requests/s), so the queue grows by
+    ``(arrival_rate - capacity) * duration_s``. A rate at or below capacity adds nothing
+    (returns 0.0). Example: ``burst_backlog(180, 100, 60)`` is 4,800 requests.
+    """
+    lam = _check.nonnegative("arrival_rate", arrival_rate)
+    mu = _check.positive("capacity", capacity)
+    t = _check.nonnegative("duration_s", duration_s)
+    return max(lam - mu, 0.0) * t
+
+
+def drain_time(backlog: float, arrival_rate: float, capacity: float) -> float:
+    """Seconds to empty ``backlog`` requests while new work keeps arriving (s).
+
+    Only the spare capacity ``capacity - arrival_rate`` (requests/s) eats into the
+    backlog, so the drain takes ``backlog / (capacity - arrival_rate)``. Example:
+    ``drain_time(4800, 55, 100)`` is 106.7 s.
+
+    Raises
+    ------
+    UnstableQueueError
+        (a ``ValueError``) when ``arrival_rate >= capacity`` and the backlog is positive:
+        there is no spare capacity, so the queue never drains.
+    """
+    q = _check.nonnegative("backlog", backlog)
+    lam = _check.nonnegative("arrival_rate", arrival_rate)
+    mu = _check.positive("capacity", capacity)
+    if q == 0:
+        return 0.0
+    if lam >= mu:
+        raise UnstableQueueError(
+            f"backlog never drains: arrival_rate = {lam!r} requests/s >= capacity = {mu!r} "
+            f"requests/s (utilization rho = {lam / mu:.4g} >= 1), so there is no spare "
+            "capacity to work off the queue"
+        )
+    return q / (mu - lam)
+
+
+def _profile(rates, durations_s):
+    r = _check.array("rates", rates, nonnegative_values=True)
+    d = _check.array("durations_s", durations_s, nonnegative_values=True)
+    if r.shape != d.shape:
+        raise ValueError(
+            f"rates and durations_s must have the same length, got {r.size} and {d.size}"
+        )
+    if r.size == 0:
+        raise ValueError("rates must hold at least one segment, got an empty array")
+    return r, d
+
+
+def balancing_rate(mean_rate: float, rates, durations_s, total_s: float) -> float:
+    """Rate the rest of a period must have for the whole period to average ``mean_rate``.
+
+    The known segments (``rates`` in requests/s, each lasting ``durations_s`` seconds)
+    cover the start of a period of ``total_s`` seconds. Returns the constant rate
+    (requests/s) of the remaining ``total_s - sum(durations_s)`` seconds such that
+    the period's mean rate is ``mean_rate``.
+
+    Raises ``ValueError`` if the known segments already last ``total_s`` or longer, or
+    already hold more requests than the whole period may (the answer would be < 0).
+    """
+    target = _check.nonnegative("mean_rate", mean_rate)
+    r, d = _profile(rates, durations_s)
+    total = _check.positive("total_s", total_s)
+    rest = total - float(d.sum())
+    if rest <= 0:
+        raise ValueError(
+            f"total_s must exceed the known segments' {float(d.sum())!r} s, got {total!r}"
+        )
+    needed = target * total - float(r @ d)
+    if needed < 0:
+        raise ValueError(
+            f"mean_rate = {target!r} requests/s is below what the known segments already "
+            f"carry ({float(r @ d) / total!r} requests/s over total_s = {total!r} s)"
+        )
+    return needed / rest
+
+
+def fluid_backlog(rates, durations_s, capacity: float, times_s,
+                  initial_backlog: float = 0.0) -> np.ndarray:
+    """Fluid queue length (requests) at ``times_s`` for a piecewise-constant arrival rate.
+
+    Segment ``k`` lasts ``durations_s[k]`` seconds at ``rates[k]`` requests/s, starting
+    at time 0; after the last segment the rate stays at ``rates[-1]``. The server works
+    off at most ``capacity`` requests/s. With net input ``X(t) = A(t) - capacity * t``
+    (``A`` the cumulative arrivals, plus ``initial_backlog``), the backlog is the
+    reflected path ``Q(t) = X(t) - min(0, min_{s<=t} X(s))`` -- the continuous twin of
+    the Lindley recursion's cumulative sum and running extremum. ``X`` is linear
+    between breakpoints, so evaluating it at the breakpoints and the query times and
+    taking a running minimum is exact.
+
+    Returns an array of backlogs (requests), one per entry of ``times_s`` (s, >= 0).
+    """
+    r, d = _profile(rates, durations_s)
+    mu = _check.positive("capacity", capacity)
+    t = _check.array("times_s", times_s, nonnegative_values=True)
+    q0 = _check.nonnegative("initial_backlog", initial_backlog)
+    edges = np.concatenate([[0.0], np.cumsum(d)])
+    grid = np.union1d(edges, t)
+    seg = np.clip(np.searchsorted(edges, grid, side="right") - 1, 0, r.size - 1)
+    arrived = np.concatenate([[0.0], np.cumsum(r * d)])[seg] + r[seg] * (grid - edges[seg])
+    net = q0 + arrived - mu * grid
+    backlog = net - np.minimum(np.minimum.accumulate(net), 0.0)
+    return backlog[np.searchsorted(grid, t)]
+
+
+def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
+    """Sorted arrival times (s) of a Poisson process with a piecewise-constant rate.
+
+    Segment ``k`` lasts ``durations_s[k]`` seconds at ``rates[k]`` requests/s, starting
+    at time 0. Each segment gets a Poisson number of arrivals, placed uniformly at
+    random inside it. ``rng`` is a ``numpy.random.Generator`` (or a seed for one).
+    """
+    r, d = _profile(rates, durations_s)
+    rng = np.random.default_rng(rng)
+    counts = rng.poisson(r * d)
+    starts = np.concatenate([[0.0], np.cumsum(d)[:-1]])
+    times = np.repeat(starts, counts) + rng.uniform(0.0, 1.0, counts.sum()) * np.repeat(d, counts)
+    return np.sort(times)
+
+
+# ---------------------------------------------------------------------------------------
+# Burstiness of an arrival stream
+# ---------------------------------------------------------------------------------------
+
+def _arrivals(arrival_s, minimum: int = 1) -> np.ndarray:
+    if isinstance(arrival_s, pd.DataFrame):
+        if "arrival_s" not in arrival_s.columns:
+            raise ValueError(
+                f"arrival_s must be an array of times or a DataFrame with an 'arrival_s' "
+                f"column, got columns {list(arrival_s.columns)}"
+            )
+        arrival_s = arrival_s["arrival_s"]
+    a = _check.array("arrival_s", arrival_s)
+    if a.size < minimum:
+        raise ValueError(f"arrival_s must hold at least {minimum} arrivals, got {a.size}")
+    return a
+
+
+def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
+    """Arrivals per window: counts in ``[start, start + w), [start + w, start + 2w), ...``.
+
+    Only complete windows are counted: the last window ends at or before the last
+    arrival, so a half-observed window at the end does not look like a lull.
+    ``arrival_s`` is an array of times (s) or a trace DataFrame; ``window_s`` in s.
+    Returns an integer array (requests per window).
+    """
+    a = _arrivals(arrival_s)
+    w = _check.positive("window_s", window_s)
+    t0 = _check.number("start", start)
+    n_windows = int(np.floor((a.max() - t0) / w))
+    if n_windows < 1:
+        raise ValueError(
+            f"window_s = {w!r} s is longer than the span of arrivals after start "
+            f"({a.max() - t0!r} s); need at least one complete window"
+        )
+    index = np.floor((a - t0) / w)
+    keep = (index >= 0) & (index < n_windows)
+    return np.bincount(index[keep].astype(np.int64), minlength=n_windows)
+
+
+def index_of_dispersion(arrival_s, window_s: float, start: float = 0.0) -> float:
+    """Variance over mean of the per-window arrival counts (dimensionless).
+
+    A Poisson stream gives 1 at every window size; values well above 1 mean arrivals
+    come in clumps at that time scale. Uses the unbiased (``ddof=1``) variance over the
+    complete windows of :func:`window_counts`; needs at least two windows.
+    """
+    counts = window_counts(arrival_s, window_s, start)
+    if counts.size < 2:
+        raise ValueError(
+            f"window_s = {float(window_s)!r} s leaves {counts.size} complete window; "
+            "the index of dispersion needs at least 2"
+        )
+    mean = counts.mean()
+    if mean == 0:
+        raise ValueError(f"no arrivals fall in the windows of window_s = {float(window_s)!r} s")
+    return float(counts.var(ddof=1) / mean)
+
+
+def peak_to_mean(arrival_s, window_s: float, start: float = 0.0) -> float:
+    """Busiest window's arrivals over the mean window's arrivals (dimensionless, >= 1)."""
+    counts = window_counts(arrival_s, window_s, start)
+    if counts.mean() == 0:
+        raise ValueError(f"no arrivals fall in the windows of window_s = {float(window_s)!r} s")
+    return float(counts.max() / counts.mean())
+
+
+def window_utilization(arrival_s, window_s: float, capacity: float,
+                       start: float = 0.0) -> np.ndarray:
+    """Offered utilization in each window: arrivals / (capacity * window_s) (dimensionless).
+
+    ``capacity`` is the requests/s the route can serve. A value above 1 means that
+    window brought more work than the route could finish inside it.
+    """
+    mu = _check.positive("capacity", capacity)
+    w = _check.positive("window_s", window_s)
+    return window_counts(arrival_s, w, start) / (mu * w)
+
+
+def mean_rate(arrival_s) -> float:
+    """Mean arrival rate (requests/s): gaps between first and last arrival over that span.
+
+    ``(n - 1) / (t_last - t_first)``: the ``n - 1`` inter-arrival gaps divided by the
+    time they cover, so the answer does not depend on where the clock started.
+    ``arrival_s`` is an array of times (s) or a trace DataFrame.
+    """
+    a = _arrivals(arrival_s, minimum=2)
+    span = float(a.max() - a.min())
+    if span <= 0:
+        raise ValueError(f"arrival_s must span a positive time, got all arrivals at {a[0]!r} s")
+    return (a.size - 1) / span
+
+
+def rescale_to_rate(trace, target_rate: float):
+    """A copy of ``trace`` whose mean rate is ``target_rate``, with the same burst shape.
+
+    Every gap between consecutive arrivals is multiplied by the same factor
+    ``mean_rate(trace) / target_rate`` (the first arrival keeps its time), so relative
+    gaps, the order of requests and their token counts are unchanged. ``trace`` is a
+    DataFrame with an ``arrival_s`` column (a DataFrame comes back) or an array of
+    times (an array comes back). ``target_rate`` in requests/s.
+    """
+    target = _check.positive("target_rate", target_rate)
+    a = _arrivals(trace, minimum=2)
+    factor = mean_rate(a) / target
+    scaled = a[0] + (a - a[0]) * factor
+    if isinstance(trace, pd.DataFrame):
+        out = trace.copy()
+        out["arrival_s"] = scaled
+        return out
+    return scaled
+
+
+def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
+    """The same requests with Poisson timing at the same mean rate (a copy).
+
+    Keeps the number of arrivals, the first arrival time, the order of requests (and
+    so their token counts), and draws the ``n - 1`` gaps as independent exponentials
+    with mean ``1 / mean_rate(trace)`` seconds. ``seed`` is an int or a
+    ``numpy.random.Generator``. Returns the same kind of object it was given.
+    """
+    a = _arrivals(trace, minimum=2)
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / mean_rate(a), a.size - 1)
+    times = a[0] + np.concatenate([[0.0], np.cumsum(gaps)])
+    if isinstance(trace, pd.DataFrame):
+        out = trace.copy()
+        out["arrival_s"] = times
+        return out
+    return times
