@@ -30,6 +30,7 @@ test-notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/fcfs_vs_ciw.py
+	$(BIN)/python bench/serving_replay.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench
