@@ -305,3 +305,35 @@ def test_bad_requests_and_options_are_named():
         simulate(good, Replica(kv_capacity_tokens=10**6, kv_reserve="max"))
     with pytest.raises(ValueError, match="step_time returned"):
         simulate(good, Replica(step_time=lambda p, b, c: -1.0))
+
+
+def test_preemptive_srpt_lets_a_short_request_displace_a_long_one():
+    reqs = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": 100,
+                         "output_tokens": [300, 10]})
+    patient = simulate(reqs, Replica(max_batch=1), policy="srpt")
+    eager = simulate(reqs, Replica(max_batch=1, preemptive=True), policy="srpt")
+    assert patient.admitted_s[1] > 8.0 and patient.preemptions.sum() == 0
+    # the short one starts at the first step boundary after it arrives
+    assert eager.admitted_s[1] < 1.0 + 0.030 + 1e-9
+    assert eager.preemptions.tolist() == [1, 0]
+    assert (eager.outcome == "done").all()
+    # the long one is out for the short one's whole service (prefill + 9 decode steps),
+    # then recomputes its prompt and generated tokens: one gap longer than all of that
+    short_service = 100 / 8000 + 9 * 0.030
+    assert eager.max_gap_s[0] > short_service
+
+
+def test_tiered_queue_caps_and_prompt_length_limit():
+    n = 60
+    reqs = pd.DataFrame({"arrival_s": np.linspace(0, 1, n), "prompt_tokens": 500,
+                         "output_tokens": 200, "priority": np.tile([0, 1], n // 2)})
+    reqs.loc[5, "prompt_tokens"] = 9000
+    out = simulate(reqs, Replica(max_batch=4, max_queue={0: 20, 1: 2}, max_prompt_tokens=8192),
+                   policy="priority")
+    assert out.outcome[5] == "rejected"
+    rejected = out[out.outcome == "rejected"].drop(index=5)
+    low = reqs.loc[rejected.index, "priority"]
+    assert (low == 1).sum() > (low == 0).sum()
+    assert out.outcome.value_counts().sum() == n
+    with pytest.raises(ValueError, match="max_queue"):
+        Replica(max_queue={0: -1})

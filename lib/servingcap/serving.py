@@ -110,13 +110,23 @@ class Replica:
         ``hash_ids`` column; a prompt's leading cached blocks skip prefill.
     prefix_block_tokens : int
         Tokens per ``hash_ids`` block (512 in the Mooncake trace).
-    max_queue : int or None
-        Queue-depth cap: an arrival that finds this many waiting is rejected at once.
+    max_queue : int, mapping or None
+        Queue-depth cap: an arrival that finds this many waiting is rejected at once
+        (a fast 429). A mapping ``{priority: cap}`` gives each priority class its own
+        threshold on the shared queue's depth (tiered shedding); classes not listed
+        are never rejected.
+    max_prompt_tokens : int or None
+        Admission limit on prompt length: longer prompts are rejected on arrival.
     timeout_s : float or None
         A request still waiting this long after arrival leaves as ``timed_out``.
     shed_past_deadline : bool
         Drop a waiting request as ``timed_out`` once its ``deadline_s`` has passed
         (deadline shedding); otherwise late requests are still served.
+    preemptive : bool
+        When the batch is full and the head of the queue has a smaller policy key than
+        a running sequence (e.g. fewer remaining tokens under ``srpt``, a higher
+        class under ``priority``), preempt the running one (recompute). Off: a started
+        request keeps its slot.
     """
 
     prefill_rate: float = LOCKED.prefill_rate
@@ -131,9 +141,11 @@ class Replica:
     max_output_tokens: int | None = None
     prefix_cache_blocks: int = 0
     prefix_block_tokens: int = 512
-    max_queue: int | None = None
+    max_queue: int | Mapping | None = None
+    max_prompt_tokens: int | None = None
     timeout_s: float | None = None
     shed_past_deadline: bool = False
+    preemptive: bool = False
     _decode: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -146,9 +158,14 @@ class Replica:
         _check.whole("kv_block_tokens", self.kv_block_tokens)
         if self.kv_reserve not in RESERVES:
             raise ValueError(f"kv_reserve must be one of {RESERVES}, got {self.kv_reserve!r}")
-        for name in ("expected_output_tokens", "max_output_tokens", "max_queue"):
+        for name in ("expected_output_tokens", "max_output_tokens", "max_prompt_tokens"):
             if getattr(self, name) is not None:
                 _check.whole(name, getattr(self, name), minimum=0)
+        if isinstance(self.max_queue, Mapping):
+            for tier, cap in self.max_queue.items():
+                _check.whole(f"max_queue[{tier!r}]", cap, minimum=0)
+        elif self.max_queue is not None:
+            _check.whole("max_queue", self.max_queue, minimum=0)
         _check.whole("prefix_cache_blocks", self.prefix_cache_blocks, minimum=0)
         _check.whole("prefix_block_tokens", self.prefix_block_tokens)
         if self.timeout_s is not None:
@@ -156,6 +173,14 @@ class Replica:
         if self.step_time is not None and not callable(self.step_time):
             raise ValueError(f"step_time must be callable, got {self.step_time!r}")
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+
+    def queue_cap(self, priority: float) -> float:
+        """Waiting requests at which an arrival of this priority is rejected."""
+        if self.max_queue is None:
+            return math.inf
+        if isinstance(self.max_queue, Mapping):
+            return self.max_queue.get(priority, math.inf)
+        return self.max_queue
 
     def decode_time(self, batch: int) -> float:
         """Decode step time at ``batch`` sequences (s); 0 for an empty batch."""
@@ -330,6 +355,29 @@ class _Engine:
 
     # ---- admission
     def _admit(self, now: float) -> None:
+        """Fill free slots from the queue; with ``preemptive``, displace worse-keyed work."""
+        r, spec, heap = self.req, self.spec, self.queue.heap
+        while True:
+            self._fill_free_slots(now)
+            if not (spec.preemptive and heap and len(self.running) >= spec.max_batch):
+                return
+            keys = [r.key(j, self.policy) for j in self.running]
+            worst = max(range(len(keys)), key=keys.__getitem__)
+            if not heap[0][0] < keys[worst]:
+                return
+            self._evict(self.running.pop(worst))
+
+    def _evict(self, victim: int) -> None:
+        """Preempt a running sequence: free its KV, requeue it to recompute later."""
+        r = self.req
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+        r.preemptions[victim] += 1
+        r.prefill_done[victim] = 0
+        r.prefill_left[victim] = 0
+        self.queue.push(r.key(victim, self.policy), victim)
+
+    def _fill_free_slots(self, now: float) -> None:
         r, spec = self.req, self.spec
         heap = self.queue.heap
         while heap and len(self.running) < spec.max_batch:
@@ -425,7 +473,8 @@ class _Engine:
         """How many copies of this pure-decode step run before anything can change."""
         r = self.req
         k = int((r.output[decoding] - r.generated[decoding]).min())     # first finish
-        if len(self.running) < self.spec.max_batch and next_arrival < math.inf:
+        can_join = len(self.running) < self.spec.max_batch or self.spec.preemptive
+        if can_join and next_arrival < math.inf:
             k = min(k, max(1, math.ceil((next_arrival - now) / duration)))  # a newcomer joins
         if k > 1 and self._kv_limit < math.inf:
             lo, hi = 1, k                                                 # memory still fits
@@ -462,12 +511,7 @@ class _Engine:
             if int(self._held(self.running, grow).sum()) <= self._kv_limit:
                 break
             victim = self.running.pop()
-            if victim in self.prefilling:
-                self.prefilling.remove(victim)
-            r.preemptions[victim] += 1
-            r.prefill_done[victim] = 0
-            r.prefill_left[victim] = 0
-            self.queue.push(r.key(victim, self.policy), victim)
+            self._evict(victim)
             decoding = decoding[decoding != victim]
             chunks = [(i, take) for i, take in chunks if i != victim]
         return decoding, chunks
@@ -600,7 +644,9 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 target = engines[next_rr % n_rep]
                 next_rr += 1
             queue = target.queue
-            if replica.max_queue is not None and len(queue) >= replica.max_queue:
+            too_long = (replica.max_prompt_tokens is not None
+                        and req.prompt[i] > replica.max_prompt_tokens)
+            if too_long or len(queue) >= replica.queue_cap(req.priority[i]):
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
             queue.push(req.key(i, policy), i)
