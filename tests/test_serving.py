@@ -337,3 +337,15 @@ def test_tiered_queue_caps_and_prompt_length_limit():
     assert out.outcome.value_counts().sum() == n
     with pytest.raises(ValueError, match="max_queue"):
         Replica(max_queue={0: -1})
+
+
+def test_queue_cap_counts_only_requests_waiting_for_a_slot():
+    one = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [100], "output_tokens": [10]})
+    assert simulate(one, Replica(max_queue=0)).outcome.tolist() == ["done"]
+    # two slots, cap 0: the first two fill the slots, the next two find none free
+    four = pd.DataFrame({"arrival_s": [0.0, 0.0, 0.01, 0.02], "prompt_tokens": 100,
+                         "output_tokens": 50})
+    out = simulate(four, Replica(max_batch=2, max_queue=0))
+    assert out.outcome.tolist() == ["done", "done", "rejected", "rejected"]
+    out = simulate(four, Replica(max_batch=2, max_queue=1))
+    assert out.outcome.tolist() == ["done", "done", "done", "rejected"]

@@ -111,8 +111,9 @@ class Replica:
     prefix_block_tokens : int
         Tokens per ``hash_ids`` block (512 in the Mooncake trace).
     max_queue : int, mapping or None
-        Queue-depth cap: an arrival that finds this many waiting is rejected at once
-        (a fast 429). A mapping ``{priority: cap}`` gives each priority class its own
+        Queue-depth cap: an arrival that finds this many requests already waiting for a
+        batch slot (queued beyond the free slots) is rejected at once (a fast 429);
+        ``max_queue=0`` admits only into free slots. A mapping ``{priority: cap}`` gives each priority class its own
         threshold on the shared queue's depth (tiered shedding); classes not listed
         are never rejected.
     max_prompt_tokens : int or None
@@ -646,7 +647,9 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
             queue = target.queue
             too_long = (replica.max_prompt_tokens is not None
                         and req.prompt[i] > replica.max_prompt_tokens)
-            if too_long or len(queue) >= replica.queue_cap(req.priority[i]):
+            # requests that will wait for a slot: the queue beyond the free slots it feeds
+            backlog = len(queue) - sum(replica.max_batch - len(e.running) for e in queue.replicas)
+            if too_long or backlog >= replica.queue_cap(req.priority[i]):
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
             queue.push(req.key(i, policy), i)
