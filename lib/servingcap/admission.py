@@ -1,0 +1,215 @@
+"""Admission-control arithmetic: how much queue, batch and prompt an SLO can afford.
+
+A request that waits in a queue spends its time-to-first-token budget before any GPU
+work starts, so the TTFT objective caps the *wait*, and the rate at which a replica
+releases batch slots turns that wait into a *queue depth*:
+
+* wait budget ``= ttft_slo_s - prefill_s`` (s);
+* drain rate ``mu`` (requests/s): how fast queued requests reach a slot;
+* queue-depth cap ``k* = wait budget * mu`` (requests): an arrival that finds more than
+  ``k*`` requests ahead of it needs at least ``k / mu > wait budget`` seconds to reach a
+  slot, so it is already doomed when it arrives.
+
+Two drain rates appear in the book. :func:`slot_drain_rate` is the seed essay's
+``slots / T_hold`` (each slot an independent server held ``T_hold`` seconds). On a
+replica whose prompt prefills share the forward pass with the running decodes (the
+locked, colocated replica of :mod:`servingcap.serving`), each admission also stalls
+every running sequence for one prefill, so the replica drains more slowly:
+:func:`colocated_drain_rate`. The same stalls set the TPOT a full batch sees
+(:func:`saturated_tpot_s`) and hence the largest batch that keeps TPOT inside its
+objective (:func:`tpot_batch_cap`).
+
+Units: seconds, tokens, requests, requests/s, tokens/s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import _check
+
+__all__ = [
+    "wait_budget_s", "slot_drain_rate", "colocated_drain_rate", "queue_depth_cap",
+    "max_queue_setting", "saturated_tpot_s", "tpot_batch_cap", "max_prompt_tokens_for_ttft",
+    "queue_positions",
+]
+
+
+def wait_budget_s(ttft_slo_s: float, prefill_s: float) -> float:
+    """Time a request may wait before its prefill starts and still meet TTFT (s).
+
+    ``ttft_slo_s - prefill_s``. Example: ``wait_budget_s(1.0, 0.25)`` is 0.75 s.
+
+    Raises ``ValueError`` when the prefill alone uses the whole objective (no request
+    of this size can meet it, queued or not).
+    """
+    slo = _check.positive("ttft_slo_s", ttft_slo_s)
+    prefill = _check.nonnegative("prefill_s", prefill_s)
+    if prefill >= slo:
+        raise ValueError(
+            f"prefill_s = {prefill!r} s leaves no wait budget under ttft_slo_s = {slo!r} s: "
+            "such a request misses the objective even on an idle replica"
+        )
+    return slo - prefill
+
+
+def slot_drain_rate(slots: int, hold_s: float) -> float:
+    """Requests/s a replica admits at saturation if each slot is held ``hold_s`` seconds.
+
+    ``slots / hold_s``: the seed's 32 slots / 9.25 s = 3.46 requests/s. Treats the
+    slots as independent servers, i.e. ignores that one request's prefill stalls the
+    others (see :func:`colocated_drain_rate`).
+    """
+    b = _check.whole("slots", slots)
+    hold = _check.positive("hold_s", hold_s)
+    return b / hold
+
+
+def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: float,
+                         slots: int) -> float:
+    """Requests/s a saturated colocated replica completes (and so admits).
+
+    With every slot busy, each completion frees one slot and each admission runs one
+    unchunked prefill of ``prefill_s`` seconds in a step that every running sequence
+    must wait for; the ``output_tokens`` decode steps of ``decode_step_s`` are shared by
+    the ``slots`` sequences. Per request the replica therefore spends
+    ``prefill_s + output_tokens * decode_step_s / slots`` seconds, and
+
+    ``mu = 1 / (prefill_s + output_tokens * decode_step_s / slots)``.
+
+    Locked numbers: 1 / (0.25 + 300 x 0.030 / 32) = 1.88 requests/s.
+    """
+    prefill = _check.nonnegative("prefill_s", prefill_s)
+    n = _check.positive("output_tokens", output_tokens)
+    step = _check.positive("decode_step_s", decode_step_s)
+    b = _check.whole("slots", slots)
+    return 1.0 / (prefill + n * step / b)
+
+
+def queue_depth_cap(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> float:
+    """Queue depth (requests) beyond which an arrival is certain to miss its TTFT.
+
+    ``k* = (ttft_slo_s - prefill_s) * drain_rate``: requests ahead of an arrival leave
+    the queue at ``drain_rate`` requests/s, so ``k`` of them take ``k / drain_rate``
+    seconds, which exceeds the wait budget once ``k > k*``. Seed numbers:
+    ``queue_depth_cap(1.0, 0.25, 32 / 9.25)`` is 2.59 requests (0.75 x 3.5 = 2.6 with
+    the rate rounded). Returns a float; see :func:`max_queue_setting` for the integer
+    setting of a replica.
+    """
+    budget = wait_budget_s(ttft_slo_s, prefill_s)
+    mu = _check.positive("drain_rate", drain_rate)
+    return budget * mu
+
+
+def max_queue_setting(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> int:
+    """The ``Replica(max_queue=...)`` that rejects exactly the arrivals already doomed.
+
+    A replica with ``max_queue = m`` rejects an arrival that finds ``m`` or more
+    requests waiting. Arrivals finding ``k <= floor(k*)`` waiting can still make the
+    wait budget, so ``m = floor(k*) + 1``. Seed numbers: ``k* = 2.59`` gives 3. This is
+    the *loosest* useful cap (it refuses nobody who could have succeeded); a tighter
+    one also refuses some who would narrowly have made it, which a simulation sweep
+    can judge.
+    """
+    return int(math.floor(queue_depth_cap(ttft_slo_s, prefill_s, drain_rate))) + 1
+
+
+def saturated_tpot_s(batch: int, prefill_s: float, output_tokens: float,
+                     decode_step_s: float) -> float:
+    """Mean time per output token (s) of a sequence in a full colocated batch.
+
+    Each of the ``batch`` sequences sees one decode step per token plus, on average,
+    ``batch / output_tokens`` admissions per token (one admission per completion, and
+    the batch completes ``batch`` sequences every ``output_tokens`` steps), each of
+    which stalls the step by ``prefill_s``:
+
+    ``TPOT = decode_step_s + batch * prefill_s / output_tokens``.
+
+    Locked numbers: 0.030 + 32 x 0.25 / 300 = 0.0567 s, over the 50 ms objective.
+    It slightly overstates the simulated TPOT (by a few per cent), because the
+    prefills that share a sequence's own first step fall before its first token.
+    """
+    b = _check.whole("batch", batch)
+    prefill = _check.nonnegative("prefill_s", prefill_s)
+    n = _check.positive("output_tokens", output_tokens)
+    step = _check.positive("decode_step_s", decode_step_s)
+    return step + b * prefill / n
+
+
+def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
+                   decode_step_s: float) -> int:
+    """Largest batch whose saturated TPOT (:func:`saturated_tpot_s`) meets ``tpot_slo_s``.
+
+    ``floor((tpot_slo_s - decode_step_s) * output_tokens / prefill_s)``. Locked numbers:
+    (0.050 - 0.030) x 300 / 0.25 = 24 sequences. Raises ``ValueError`` if a decode step
+    alone exceeds the objective; returns a very large int when ``prefill_s`` is 0.
+    """
+    slo = _check.positive("tpot_slo_s", tpot_slo_s)
+    prefill = _check.nonnegative("prefill_s", prefill_s)
+    n = _check.positive("output_tokens", output_tokens)
+    step = _check.positive("decode_step_s", decode_step_s)
+    if step > slo:
+        raise ValueError(
+            f"decode_step_s = {step!r} s already exceeds tpot_slo_s = {slo!r} s: no batch meets it"
+        )
+    if prefill == 0:
+        return 2**31 - 1
+    # a tiny tolerance keeps exact ratios such as 24.0 from rounding down to 23
+    return max(int(math.floor((slo - step) * n / prefill * (1 + 1e-12))), 0)
+
+
+def max_prompt_tokens_for_ttft(ttft_slo_s: float, prefill_rate: float,
+                               decode_step_s: float = 0.0) -> int:
+    """Longest prompt (tokens) that can meet TTFT on an idle replica.
+
+    The first token comes out of a step that runs the whole prefill (and, when other
+    sequences are decoding, their decode step too), so a prompt longer than
+    ``(ttft_slo_s - decode_step_s) * prefill_rate`` misses even with an empty queue:
+    it is *impossible work* and can be refused before prefill starts. Locked numbers:
+    (1.0 - 0.030) x 8000 = 7,760 tokens.
+    """
+    slo = _check.positive("ttft_slo_s", ttft_slo_s)
+    rate = _check.positive("prefill_rate", prefill_rate)
+    step = _check.nonnegative("decode_step_s", decode_step_s)
+    if step >= slo:
+        raise ValueError(
+            f"decode_step_s = {step!r} s leaves no time for prefill under ttft_slo_s = {slo!r} s"
+        )
+    return int(math.floor((slo - step) * rate * (1 + 1e-12)))
+
+
+def queue_positions(requests: pd.DataFrame) -> np.ndarray:
+    """Requests waiting ahead of each arrival (requests), for an FCFS single queue.
+
+    ``requests`` is the output of :func:`servingcap.serving.simulate` (columns
+    ``arrival_s``, ``admitted_s``, ``outcome``) for one replica, or one pooled queue,
+    under FCFS. An earlier request is counted as ahead of request ``i`` if it was
+    admitted to the queue (not rejected) and reached a slot after ``i`` arrived.
+    Returns an integer array in the input's row order; rejected requests get the depth
+    they found (which made them rejected).
+    """
+    if not isinstance(requests, pd.DataFrame):
+        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
+    missing = [c for c in ("arrival_s", "admitted_s", "outcome") if c not in requests.columns]
+    if missing:
+        raise ValueError(
+            f"requests is missing column(s) {missing}; it has {list(requests.columns)}"
+        )
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    admitted = requests["admitted_s"].to_numpy(dtype=float)
+    queued = (requests["outcome"] != "rejected").to_numpy()
+    order = np.argsort(arrival, kind="stable")
+    a, s, q = arrival[order], admitted[order], queued[order]
+    s = np.where(np.isnan(s), np.inf, s)          # queued but never admitted: still ahead
+    out = np.zeros(a.size, dtype=np.int64)
+    # FCFS admits in arrival order, so the admitted times of queued requests are
+    # non-decreasing; the ones still waiting at a_i are the queued j < i with s_j > a_i.
+    qs = s[q]
+    qi = np.cumsum(q) - q                         # queued requests before each i
+    left = np.searchsorted(qs, a, side="right")   # queued requests admitted by a_i
+    out_sorted = np.maximum(qi - np.minimum(left, qi), 0)
+    out[order] = out_sorted
+    return out

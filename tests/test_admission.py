@@ -1,0 +1,172 @@
+"""Admission-control arithmetic (servingcap.admission) and the autoscaling models
+(servingcap.autoscale): the seed's cap numbers, agreement with the simulators, bad input."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from servingcap import LOCKED, sim, slo
+from servingcap.admission import (
+    colocated_drain_rate,
+    max_prompt_tokens_for_ttft,
+    max_queue_setting,
+    queue_depth_cap,
+    queue_positions,
+    saturated_tpot_s,
+    slot_drain_rate,
+    tpot_batch_cap,
+    wait_budget_s,
+)
+from servingcap.autoscale import fcfs_time_varying, fluid_wait, reactive_ready_times
+from servingcap.serving import Replica, simulate
+
+# --------------------------------------------------------------------------- seed numbers
+
+
+def test_seed_queue_depth_cap():
+    assert wait_budget_s(1.0, 0.25) == pytest.approx(0.75)            # 1,000 - 250 ms
+    assert LOCKED.hold_s == pytest.approx(9.25)                       # 0.25 + 300 x 0.030
+    mu = slot_drain_rate(32, LOCKED.hold_s)
+    assert mu == pytest.approx(3.459, abs=5e-4)                       # ~3.5 req/s
+    assert round(mu, 1) == 3.5
+    assert queue_depth_cap(1.0, 0.25, 3.5) == pytest.approx(2.625)    # 0.75 x 3.5 ~ 2.6
+    assert queue_depth_cap(1.0, 0.25, mu) == pytest.approx(2.595, abs=1e-3)
+    assert max_queue_setting(1.0, 0.25, mu) == 3
+
+
+def test_colocated_replica_numbers():
+    mu = colocated_drain_rate(0.25, 300, 0.030, 32)
+    assert mu == pytest.approx(1 / (0.25 + 0.28125))                  # 1.88 req/s
+    assert saturated_tpot_s(32, 0.25, 300, 0.030) == pytest.approx(0.030 + 32 * 0.25 / 300)
+    assert tpot_batch_cap(0.050, 0.25, 300, 0.030) == 24
+    assert saturated_tpot_s(24, 0.25, 300, 0.030) == pytest.approx(0.050)
+    assert colocated_drain_rate(0.25, 300, 0.030, 24) == pytest.approx(1.6)
+    assert max_prompt_tokens_for_ttft(1.0, 8000, 0.030) == 7760
+    assert max_prompt_tokens_for_ttft(1.0, 8000) == 8000
+
+
+def test_colocated_drain_rate_matches_the_simulator_at_saturation():
+    rng = np.random.default_rng(1)
+    n = 2500
+    reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 4.0, n)),
+                         "prompt_tokens": 2000, "output_tokens": 300})
+    for batch in (24, 32):
+        out = simulate(reqs, Replica(max_batch=batch))
+        finish = np.sort(out.finish_s.to_numpy())
+        mid = finish[(finish > 100) & (finish < 500)]
+        measured = (mid.size - 1) / (mid[-1] - mid[0])
+        assert measured == pytest.approx(colocated_drain_rate(0.25, 300, 0.030, batch), rel=0.03)
+        # the formula also charges a request for the prefills admitted in its own first
+        # step, which its TPOT does not see: a slight, safe overestimate
+        tpot = out.iloc[300:1500].tpot_s.mean()
+        formula = saturated_tpot_s(batch, 0.25, 300, 0.030)
+        assert 0.9 * formula < tpot <= formula
+
+
+def test_queue_positions_count_the_requests_still_waiting():
+    # one slot, service 1 s each (prompt 8,000 tokens = 1 s prefill, 1 output token)
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2, 0.3, 2.5],
+                         "prompt_tokens": 8000, "output_tokens": 1})
+    out = simulate(reqs, Replica(max_batch=1))
+    assert queue_positions(out).tolist() == [0, 0, 1, 2, 1]
+    capped = simulate(reqs, Replica(max_batch=1, max_queue=1))
+    assert capped.outcome.tolist() == ["done", "done", "rejected", "rejected", "done"]
+    assert queue_positions(capped).tolist() == [0, 0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: wait_budget_s(1.0, 1.2), "prefill_s = 1.2"),
+    (lambda: wait_budget_s(-1.0, 0.2), "ttft_slo_s"),
+    (lambda: slot_drain_rate(0, 9.25), "slots"),
+    (lambda: slot_drain_rate(32, 0.0), "hold_s"),
+    (lambda: queue_depth_cap(1.0, 0.25, -3.5), "drain_rate"),
+    (lambda: queue_depth_cap(1.0, 0.25, float("nan")), "drain_rate"),
+    (lambda: colocated_drain_rate(0.25, 300, 0.030, 2.5), "slots"),
+    (lambda: tpot_batch_cap(0.020, 0.25, 300, 0.030), "decode_step_s = 0.03"),
+    (lambda: saturated_tpot_s(0, 0.25, 300, 0.030), "batch"),
+    (lambda: max_prompt_tokens_for_ttft(1.0, -8000), "prefill_rate"),
+    (lambda: queue_positions(pd.DataFrame({"arrival_s": [0.0]})), "admitted_s"),
+])
+def test_bad_admission_inputs_name_the_parameter(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------- autoscaling
+
+
+def test_servers_ready_at_zero_reduce_to_fcfs_and_capped_fcfs():
+    rng = np.random.default_rng(2)
+    a = np.cumsum(rng.exponential(1 / 3.5, 4000))
+    s = rng.exponential(1.0, 4000)
+    waits, admitted = fcfs_time_varying(a, s, np.zeros(4))
+    assert admitted.all()
+    assert np.allclose(waits, sim.fcfs_waits(a, s, servers=4))
+    w_cap, adm_cap = fcfs_time_varying(a, s, np.zeros(4), queue_cap=3)
+    w_ref, adm_ref = slo.capped_fcfs(a, s, servers=4, queue_cap=3)
+    assert (adm_cap == adm_ref).all() and adm_cap.sum() < a.size
+    assert np.allclose(w_cap, w_ref, equal_nan=True)
+
+
+def test_late_server_known_case():
+    # one server from 0, a second from t = 10; three 10 s jobs arrive at 0, 1, 2
+    waits, _ = fcfs_time_varying([0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [0.0, 10.0])
+    assert waits.tolist() == [0.0, 9.0, 8.0]     # both servers free at t = 10
+    ready = reactive_ready_times(2, 3, overload_start_s=60.0, detect_s=10.0, startup_s=90.0)
+    assert ready.tolist() == [0.0, 0.0, 160.0, 160.0, 160.0]
+
+
+def test_max_wait_admits_only_requests_that_start_in_time():
+    rng = np.random.default_rng(3)
+    a = np.sort(rng.uniform(0, 200, 3000))
+    s = np.full(a.size, 2.0)
+    waits, admitted = fcfs_time_varying(a, s, reactive_ready_times(20, 20, 0, 10, 90),
+                                        max_wait_s=5.0)
+    assert (waits[admitted] <= 5.0).all() and (~admitted).any()
+    unlimited, _ = fcfs_time_varying(a, s, reactive_ready_times(20, 20, 0, 10, 90))
+    assert (unlimited > 5.0).mean() > 0.3
+
+
+def test_fluid_wait_known_values():
+    # burst at 2x base capacity: wait equals arrival time until the step at t = 100
+    assert fluid_wait(4.0, 20.0, 10.0, 20.0, 100.0) == pytest.approx(4.0)
+    # backlog at 100 s is 1,000; it drains at 30 - 20 = 10 req/s, so empty at 200 s
+    assert fluid_wait(150.0, 20.0, 10.0, 20.0, 100.0) == pytest.approx(500.0 / 30.0)
+    assert fluid_wait(250.0, 20.0, 10.0, 20.0, 100.0) == 0.0
+    # straddling the step: Q(95) = 950; 50 served by 100 s, 900 more at 30 req/s
+    assert fluid_wait(95.0, 20.0, 10.0, 20.0, 100.0) == pytest.approx(5.0 + 30.0)
+    assert fluid_wait(50.0, 8.0, 10.0, 0.0, 100.0) == 0.0              # no overload
+
+
+def test_simulation_approaches_the_fluid_limit():
+    # deterministic arrivals at 200 req/s onto 100 slots of 1 s (100 req/s), +100 at 60 s
+    a = np.arange(0, 150, 1 / 200.0)
+    s = np.ones(a.size)
+    waits, _ = fcfs_time_varying(a, s, reactive_ready_times(100, 100, 0, 10, 50))
+    fluid = fluid_wait(a, 200.0, 100.0, 100.0, 60.0)
+    assert np.max(np.abs(waits - fluid)) < 1.05                        # one service time
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: fcfs_time_varying([0.0, 1.0], [1.0], [0.0]), "same length"),
+    (lambda: fcfs_time_varying([1.0, 0.0], [1.0, 1.0], [0.0]), "non-decreasing"),
+    (lambda: fcfs_time_varying([0.0], [-1.0], [0.0]), "service_s"),
+    (lambda: fcfs_time_varying([0.0], [1.0], []), "server_ready_s"),
+    (lambda: fcfs_time_varying([0.0], [1.0], [0.0], queue_cap=-1), "queue_cap"),
+    (lambda: fcfs_time_varying([0.0], [1.0], [0.0], max_wait_s=-2.0), "max_wait_s"),
+    (lambda: reactive_ready_times(0, 1, 0, 10, 90), "base_servers"),
+    (lambda: reactive_ready_times(1, 1, 0, -10, 90), "detect_s"),
+    (lambda: fluid_wait(1.0, 20.0, 0.0, 1.0, 10.0), "base_capacity"),
+    (lambda: fluid_wait(-1.0, 20.0, 10.0, 1.0, 10.0), "t_s"),
+])
+def test_bad_autoscale_inputs_name_the_parameter(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_fluid_wait_is_continuous_across_the_step():
+    t = np.linspace(0, 300, 30001)
+    w = fluid_wait(t, 25.0, 10.0, 30.0, 100.0)
+    assert np.max(np.abs(np.diff(w))) < 0.05
+    assert not math.isnan(float(w.sum()))
