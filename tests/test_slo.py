@@ -210,3 +210,14 @@ def test_capped_fcfs_blocking_matches_mmck():
 def test_capped_fcfs_bad_input(args, name):
     with pytest.raises(ValueError, match=name):
         slo.capped_fcfs(*args)
+
+
+def test_one_token_answers_have_no_tpot_and_meet_any_tpot_limit():
+    frame = pd.DataFrame({"outcome": ["done", "done", "rejected"],
+                          "ttft_s": [0.2, 0.3, np.nan], "tpot_s": [0.04, np.nan, np.nan]})
+    assert slo.latencies(frame, "tpot_s").tolist() == [0.04, np.inf]
+    assert slo.meets_slo(frame, ttft_s=1.0, tpot_s=0.05).tolist() == [True, True, False]
+    # a NaN TTFT on a done request is still an error: every answer has a first token
+    frame.loc[1, "ttft_s"] = np.nan
+    with pytest.raises(ValueError, match="ttft_s"):
+        slo.latencies(frame, "ttft_s")

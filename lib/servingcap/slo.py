@@ -70,21 +70,34 @@ def _done(requests: pd.DataFrame) -> np.ndarray:
     return (requests["outcome"] == "done").to_numpy()
 
 
-def latencies(requests, column: str = "ttft_s") -> np.ndarray:
-    """One latency (s) per request, with ``inf`` for every request that is not ``done``.
+PER_TOKEN = ("tpot_s", "max_gap_s")
+"""Columns undefined for a one-token answer (no gap between tokens): NaN there is allowed."""
 
-    Raises ``ValueError`` if a ``done`` request has a missing, negative or infinite value.
-    """
-    frame = _requests(requests, (column,))
+
+def _latency_values(frame: pd.DataFrame, column: str):
+    """Per-request latency (inf when not done) and whether it is defined."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     done = _done(frame)
-    bad = done & ~(np.isfinite(values) & (values >= 0))
+    undefined = done & np.isnan(values) if column in PER_TOKEN else np.zeros_like(done)
+    bad = done & ~undefined & ~(np.isfinite(values) & (values >= 0))
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(
             f"{column} must be a finite number >= 0 for done requests, got {values[i]!r} at row {i}"
         )
-    return np.where(done, values, np.inf)
+    return np.where(done, values, np.inf), ~undefined
+
+
+def latencies(requests, column: str = "ttft_s") -> np.ndarray:
+    """One latency (s) per request, with ``inf`` for every request that is not ``done``.
+
+    For the per-token columns (``tpot_s``, ``max_gap_s``) a done request with a one-token
+    answer has no value (NaN) and is left out. Raises ``ValueError`` if a ``done`` request
+    has any other missing, negative or infinite value.
+    """
+    frame = _requests(requests, (column,))
+    values, defined = _latency_values(frame, column)
+    return values[defined]
 
 
 def latency_quantile(requests, p: float, column: str = "ttft_s") -> float:
@@ -115,8 +128,8 @@ def meets_slo(requests, **limits) -> np.ndarray:
             ok &= frame[column].fillna(False).astype(bool).to_numpy()
             continue
         limit = _check.positive(column, limit)
-        values = latencies(frame, column)
-        ok &= values <= limit
+        values, defined = _latency_values(frame, column)
+        ok &= (values <= limit) | ~defined      # a one-token answer meets any TPOT limit
     return ok
 
 
