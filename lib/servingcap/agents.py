@@ -29,6 +29,12 @@ it), so the simulator processes events in time order. Each queue is served exact
 :func:`servingcap.sim.fcfs_waits`: feeding a queue's recorded arrival and service times
 to ``fcfs_waits(..., servers=slots)`` reproduces its waits (the tests check this). The
 human queue has no feedback and is computed with ``fcfs_waits`` directly.
+
+The second half of the module (chapter "Agents multiply traffic") simulates **fan-out**:
+an orchestrator sends ``k`` parallel branches of one task to a shared route, keeps the
+first acceptable answer, retries failed requests by failure class, and cancels the
+losing branches some time after the winner (:class:`FanOut`, :func:`simulate_fanout`,
+:func:`branch_attempts`, :func:`peak_in_flight`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -44,7 +52,9 @@ import pandas as pd
 from . import _check
 from .sim import fcfs_waits, measure_little
 
-__all__ = ["AgentSystem", "AgentRun", "simulate", "BOUNDARIES"]
+__all__ = ["AgentSystem", "AgentRun", "simulate", "BOUNDARIES",
+           "FanOut", "FanOutRun", "simulate_fanout", "BranchAttempts", "branch_attempts",
+           "peak_in_flight"]
 
 BOUNDARIES = (
     "tasks in orchestrator",
@@ -354,3 +364,588 @@ def simulate(system: AgentSystem, horizon_s: float, seed) -> AgentRun:
     return AgentRun(system=sysm, horizon_s=horizon, tasks=task_df,
                     calls=call_df.sort_values("arrival_s", kind="stable").reset_index(drop=True),
                     tools=tool_df, humans=human_df)
+
+
+# =======================================================================================
+# Fan-out: parallel branches, retries by failure class, late cancellation
+# =======================================================================================
+
+
+def peak_in_flight(entry_s, exit_s, start: float | None = None, end: float | None = None) -> int:
+    """Largest number of items inside a boundary at any instant of [start, end] (items).
+
+    An item is inside on ``[entry, exit)``; at a tie an exit is counted before an entry.
+    Defaults: the window runs from the first entry to the last exit.
+    """
+    entry = _check.array("entry_s", entry_s)
+    exit_ = _check.array("exit_s", exit_s)
+    if entry.shape != exit_.shape:
+        raise ValueError("entry_s and exit_s must have the same length, "
+                         f"got {entry.size} and {exit_.size}")
+    if entry.size == 0:
+        return 0
+    if (exit_ < entry).any():
+        i = int(np.argmax(exit_ < entry))
+        raise ValueError(f"exit_s must be >= entry_s, got {exit_[i]!r} < {entry[i]!r} at index {i}")
+    lo = float(entry.min()) if start is None else _check.number("start", start)
+    hi = float(exit_.max()) if end is None else _check.number("end", end)
+    if hi < lo:
+        raise ValueError(f"end must be >= start, got start={lo!r}, end={hi!r}")
+    at_start = int(((entry <= lo) & (exit_ > lo)).sum())
+    times = np.concatenate([exit_, entry])
+    steps = np.concatenate([-np.ones(exit_.size), np.ones(entry.size)])
+    order = np.lexsort((steps, times))                     # by time, exits (-1) first
+    times, level = times[order], np.cumsum(steps[order])
+    inside = (times > lo) & (times <= hi)
+    return max(at_start, int(level[inside].max()) if inside.any() else 0)
+
+
+def _failure_classes(failure_probs, retries):
+    if not isinstance(failure_probs, dict):
+        raise ValueError(
+            f"failure_probs must be a dict {{class: probability}}, got {failure_probs!r}")
+    if not isinstance(retries, dict):
+        raise ValueError(f"retries must be a dict {{class: max retries}}, got {retries!r}")
+    names = tuple(failure_probs)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"failure_probs keys must be non-empty class names, got {name!r}")
+        if name in ("accepted", "unacceptable", "cancelled"):
+            raise ValueError(f"failure_probs may not use the reserved class name {name!r}")
+    probs = []
+    for name in names:
+        p = _check.number(f"failure_probs[{name!r}]", failure_probs[name])
+        if not 0 <= p < 1:
+            raise ValueError(
+                f"failure_probs[{name!r}] must be in [0, 1), got {failure_probs[name]!r}")
+        probs.append(p)
+    if sum(probs) >= 1:
+        raise ValueError(
+            f"failure_probs must sum to < 1 (some requests must answer), got {sum(probs)!r}")
+    for name in retries:
+        if name not in failure_probs:
+            raise ValueError(
+                f"retries has class {name!r}, which is not in failure_probs {list(names)}")
+    budget = tuple(_check.whole(f"retries[{name!r}]", retries.get(name, 0), minimum=0)
+                   for name in names)
+    return names, tuple(probs), budget
+
+
+@dataclass(frozen=True)
+class BranchAttempts:
+    """What one branch costs in requests under retries by failure class (exact)."""
+
+    mean_requests: float
+    """Mean requests one branch sends, first try included (requests/branch): retry multiplier."""
+    retries_by_class: dict
+    """Mean retries per branch caused by each failure class (requests/branch)."""
+    p_exhausted: float
+    """Probability the branch ends on a failure whose class has no retries left."""
+
+
+def branch_attempts(failure_probs: dict, retries: dict) -> BranchAttempts:
+    """Exact retry multiplier of one branch with per-class retry budgets.
+
+    Each request independently fails with class ``c`` with probability
+    ``failure_probs[c]`` (and otherwise returns an answer). A failure of class ``c`` is
+    retried while the branch has used fewer than ``retries[c]`` retries of that class
+    (missing classes get 0); otherwise the branch ends without an answer. The
+    expectations follow from the recursion over the remaining budgets ``b``:
+    ``E[requests | b] = 1 + sum_c p_c [b_c > 0] E[requests | b - e_c]``.
+    With one class and budget ``r`` this is :func:`servingcap.traffic.retry_multiplier`.
+    """
+    names, probs, budget = _failure_classes(failure_probs, retries)
+    m = len(names)
+
+    @cache
+    def expect(b):
+        mean, by_class, exhausted = 1.0, [0.0] * m, 0.0
+        for c in range(m):
+            if b[c] > 0:
+                nxt = b[:c] + (b[c] - 1,) + b[c + 1:]
+                n_mean, n_by, n_ex = expect(nxt)
+                mean += probs[c] * n_mean
+                exhausted += probs[c] * n_ex
+                for c2 in range(m):
+                    by_class[c2] += probs[c] * (n_by[c2] + (c2 == c))
+            else:
+                exhausted += probs[c]
+        return mean, tuple(by_class), exhausted
+
+    mean, by_class, exhausted = expect(budget)
+    return BranchAttempts(mean_requests=mean,
+                          retries_by_class=dict(zip(names, by_class, strict=True)),
+                          p_exhausted=exhausted)
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """An orchestrator that fans each task out to parallel branches on one shared route.
+
+    Units: seconds, tokens, tokens/s, tasks/s. The model (simulated by
+    :func:`simulate_fanout`):
+
+    - **Tasks** arrive as a Poisson process at ``task_rate``. A task sends ``branches``
+      (``k``) requests at once, one per branch: a *round*.
+    - **Route.** Every request waits in one FCFS queue for one of ``slots`` engine slots
+      and holds it for ``prompt_tokens / prefill_rate + N * decode_step_s``. The output
+      length ``N`` has mean ``output_tokens`` and coefficient of variation ``output_cv``:
+      geometric for ``output_cv = 1`` (as in :class:`AgentSystem`; memoryless, so racing
+      copies and cancelling the rest costs no extra work), a constant for 0, otherwise a
+      gamma length rounded to whole tokens (>= 1). Branches of one task sample their
+      lengths independently.
+    - **Failures and retries.** A finished request failed with class ``c`` with
+      probability ``failure_probs[c]`` (time-outs, 429s, server errors); the branch
+      re-sends it after ``retry_backoff_s`` while it has retries of that class left
+      (``retries[c]``), else the branch ends with no answer. A request that did not fail
+      returned an answer, acceptable with probability ``accept_prob``.
+    - **Winner.** The first acceptable answer completes the task (its critical path ends).
+      If every branch of a round ends without an acceptable answer, the orchestrator
+      starts a new round of ``k`` branches, up to ``max_rounds``; then the task fails.
+    - **Cancellation.** ``cancel_delay_s`` after the winner, every request of the task
+      still queued is dropped and every one still running is stopped (its slot frees
+      then); retries not yet sent are not sent. ``0`` cancels at the winner's instant,
+      ``math.inf`` never cancels (losers run to the end, retries included).
+    """
+
+    task_rate: float = 0.3
+    """User tasks arriving per second (Poisson), tasks/s."""
+    branches: int = 3
+    """Parallel branches per round (k >= 1)."""
+    accept_prob: float = 0.6
+    """Probability that an answer is acceptable (0 < q <= 1)."""
+    failure_probs: dict = field(default_factory=dict)
+    """Failure class -> probability that a request fails with it (sum < 1)."""
+    retries: dict = field(default_factory=dict)
+    """Failure class -> retries a branch may spend on it (missing: 0)."""
+    retry_backoff_s: float = 0.0
+    """Delay between a failed request and its retry (s)."""
+    max_rounds: int = 5
+    """Rounds of ``k`` branches before the task gives up."""
+    cancel_delay_s: float = 0.0
+    """Delay from the winner to cancelling the task's other requests (s); inf = never."""
+    slots: int = 32
+    """Requests the route serves at once (engine slots)."""
+    prompt_tokens: int = 2_000
+    """Prompt length of every request (tokens)."""
+    output_tokens: float = 300.0
+    """Mean output length (tokens)."""
+    output_cv: float = 1.0
+    """Coefficient of variation of output length: 1 geometric, 0 constant, else gamma."""
+    prefill_rate: float = 8_000.0
+    """Prompt tokens prefilled per second (tokens/s)."""
+    decode_step_s: float = 0.030
+    """Time per output token (s)."""
+
+    def __post_init__(self):
+        for name in ("task_rate", "output_tokens", "prefill_rate", "decode_step_s"):
+            object.__setattr__(self, name, _check.positive(name, getattr(self, name)))
+        object.__setattr__(self, "output_cv", _check.nonnegative("output_cv", self.output_cv))
+        for name in ("branches", "max_rounds", "slots", "prompt_tokens"):
+            object.__setattr__(self, name, _check.whole(name, getattr(self, name)))
+        q = _check.number("accept_prob", self.accept_prob)
+        if not 0 < q <= 1:
+            raise ValueError(f"accept_prob must be in (0, 1], got {self.accept_prob!r}")
+        object.__setattr__(self, "accept_prob", q)
+        _failure_classes(self.failure_probs, self.retries)
+        object.__setattr__(self, "failure_probs", dict(self.failure_probs))
+        object.__setattr__(self, "retries", dict(self.retries))
+        object.__setattr__(self, "retry_backoff_s",
+                           _check.nonnegative("retry_backoff_s", self.retry_backoff_s))
+        d = self.cancel_delay_s
+        if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)) \
+                or math.isnan(d) or d < 0:
+            raise ValueError(f"cancel_delay_s must be >= 0 (s) or math.inf (never), got {d!r}")
+        object.__setattr__(self, "cancel_delay_s", float(d))
+        if self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens!r}")
+
+    def replace(self, **changes) -> FanOut:
+        """A copy with some fields changed, validated like the original."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_params(cls, params, **changes) -> FanOut:
+        """Take the route's speeds and request shape from a :class:`~servingcap.ServingParams`."""
+        base = dict(slots=params.decode_batch, prompt_tokens=params.prompt_tokens,
+                    output_tokens=float(params.output_tokens), prefill_rate=params.prefill_rate,
+                    decode_step_s=params.decode_step_s)
+        base.update(changes)
+        return cls(**base)
+
+    @property
+    def mean_hold_s(self) -> float:
+        """Mean time a request holds a slot (s): prefill + mean output * step."""
+        return self.prompt_tokens / self.prefill_rate + self.output_tokens * self.decode_step_s
+
+    @property
+    def capacity(self) -> float:
+        """Requests per second the route completes when every slot is busy (requests/s)."""
+        return self.slots / self.mean_hold_s
+
+    @property
+    def attempts(self) -> BranchAttempts:
+        """Requests per branch under the retry budgets (see :func:`branch_attempts`)."""
+        return branch_attempts(self.failure_probs, self.retries)
+
+    @property
+    def branch_win_prob(self) -> float:
+        """Probability that one branch ends with an acceptable answer."""
+        return (1.0 - self.attempts.p_exhausted) * self.accept_prob
+
+    @property
+    def mean_rounds(self) -> float:
+        """Mean rounds per task: a round fails when none of its k branches wins."""
+        fail = (1.0 - self.branch_win_prob) ** self.branches
+        return sum(fail ** r for r in range(self.max_rounds))
+
+    @property
+    def requests_per_task_uncancelled(self) -> float:
+        """Mean requests per task if nothing is ever cancelled (requests/task).
+
+        ``k * (retry multiplier) * (mean rounds)``: an upper bound on what the route sees
+        per task; cancellation removes some of the losers' requests and time.
+        """
+        return self.branches * self.attempts.mean_requests * self.mean_rounds
+
+    @property
+    def offered_utilization(self) -> float:
+        """Route utilization if nothing is ever cancelled: tasks/s x requests x hold / slots."""
+        return self.task_rate * self.requests_per_task_uncancelled * self.mean_hold_s / self.slots
+
+
+@dataclass(frozen=True)
+class FanOutRun:
+    """The output of :func:`simulate_fanout` (times in s, work in slot-seconds)."""
+
+    system: FanOut
+    horizon_s: float
+    tasks: pd.DataFrame
+    """One row per task: ``arrival_s, finish_s, critical_path_s, outcome`` ('done' or
+    'failed'), ``rounds, branches, requests, busy_s, winner_busy_s, loser_busy_s,
+    busy_after_finish_s, tokens, work_end_s`` (when its last request left the route)."""
+    requests: pd.DataFrame
+    """One row per request sent, in FCFS order: ``task, round, branch, attempt, cause``
+    (failure class that caused this retry, '' for a first try), ``arrival_s, start_s``
+    (NaN if dropped from the queue), ``end_s, hold_s`` (planned slot time), ``busy_s``
+    (slot time used), ``busy_after_finish_s`` (slot time after its task finished),
+    ``prompt_tokens, output_tokens`` (planned), ``tokens`` (processed before it ended),
+    ``result`` ('accepted', 'unacceptable', a failure class, or 'cancelled'),
+    ``status`` ('completed', 'stopped' or 'dropped'), ``winner``."""
+
+    def window(self, warmup_s: float = 0.0):
+        """Tasks arriving in [warmup_s, horizon_s) and their requests: (tasks, requests)."""
+        warm = _check.nonnegative("warmup_s", warmup_s)
+        if warm >= self.horizon_s:
+            raise ValueError(f"warmup_s must be < horizon_s={self.horizon_s!r}, got {warmup_s!r}")
+        keep = self.tasks["arrival_s"] >= warm
+        tasks = self.tasks[keep]
+        return tasks, self.requests[self.requests["task"].isin(tasks.index)]
+
+    def critical_path_quantile(self, p: float, warmup_s: float = 0.0) -> float:
+        """p-quantile of time to the first acceptable answer (s); failed tasks count as inf."""
+        p = _check.probability("p", p)
+        tasks, _ = self.window(warmup_s)
+        cp = np.where(tasks["outcome"] == "done", tasks["critical_path_s"], np.inf)
+        return float(np.quantile(cp, p, method="higher"))
+
+    def utilization(self, warmup_s: float = 0.0) -> float:
+        """Slot-seconds used by the window's tasks over slots x window length (fraction)."""
+        tasks, _ = self.window(warmup_s)
+        return float(tasks["busy_s"].sum()) / (self.system.slots * (self.horizon_s - warmup_s))
+
+    def busy_breakdown(self, warmup_s: float = 0.0) -> dict:
+        """Where the window's slot-seconds went (slot-s per task, and utilization shares).
+
+        Keys: ``winner`` (the winning requests), ``before_answer`` (every other request
+        until the task finished: parallel losers, failed tries, failed rounds),
+        ``after_answer`` (slot time after the task finished: late cancellation), each
+        in slot-s per task, and ``*_util`` (the same as a share of slots x window).
+        """
+        tasks, _ = self.window(warmup_s)
+        n = len(tasks)
+        span = self.system.slots * (self.horizon_s - warmup_s)
+        parts = {"winner": tasks["winner_busy_s"].sum(),
+                 "before_answer": (tasks["loser_busy_s"] - tasks["busy_after_finish_s"]).sum(),
+                 "after_answer": tasks["busy_after_finish_s"].sum()}
+        out = {k: float(v) / n for k, v in parts.items()}
+        out.update({f"{k}_util": float(v) / span for k, v in parts.items()})
+        return out
+
+    def task_metrics(self, warmup_s: float = 0.0) -> pd.DataFrame:
+        """The per-task numbers to track, measured on the window (unrounded).
+
+        Columns ``metric, value, unit``: requests, tokens and branches per user task;
+        the retry multiplier overall and by failure class (requests per first try);
+        peak concurrent tasks; and the work spent after each task already had its answer.
+        """
+        tasks, reqs = self.window(warmup_s)
+        n = len(tasks)
+        first = float((reqs["attempt"] == 0).sum())
+        rows = [("requests per user task", len(reqs) / n, "requests/task"),
+                ("tokens per user task", float(reqs["tokens"].sum()) / n, "tokens/task"),
+                ("parallel branches per task", float(tasks["branches"].mean()), "branches/task"),
+                ("retry multiplier, all classes", len(reqs) / first, "requests/first try")]
+        for name in self.system.failure_probs:
+            caused = float((reqs["cause"] == name).sum())
+            rows.append((f"retry multiplier, {name}", 1.0 + caused / first, "requests/first try"))
+        rows.append(("peak concurrent tasks",
+                     float(peak_in_flight(tasks["arrival_s"], tasks["finish_s"],
+                                          warmup_s, self.horizon_s)), "tasks"))
+        after = float(tasks["busy_after_finish_s"].sum())
+        rows.append(("work after task completion", after / n, "slot-s/task"))
+        rows.append(("work after task completion, share", after / float(tasks["busy_s"].sum()),
+                     "fraction of busy slot-s"))
+        return pd.DataFrame(rows, columns=["metric", "value", "unit"])
+
+
+_QUEUED, _RUNNING, _DONE, _STOPPED, _DROPPED = range(5)
+
+
+def _output_lengths(mean: float, cv: float, size: int, rng) -> np.ndarray:
+    """Output lengths (tokens, >= 1) with the given mean and coefficient of variation."""
+    if cv == 1:
+        return rng.geometric(1.0 / mean, size) if mean > 1 else np.ones(size, dtype=np.int64)
+    if cv == 0:
+        return np.full(size, max(1, round(mean)), dtype=np.int64)
+    shape = 1.0 / cv**2
+    return np.maximum(1, np.rint(rng.gamma(shape, mean / shape, size))).astype(np.int64)
+
+
+def simulate_fanout(system: FanOut, horizon_s: float, seed) -> FanOutRun:
+    """Simulate fan-out tasks arriving in [0, horizon_s) through the shared route (s).
+
+    Every task is followed to its end (and its requests until they leave the route), so
+    measure over tasks arriving after a warm-up (:meth:`FanOutRun.window`). ``seed``
+    seeds ``numpy.random.default_rng``. The random draws of request ``a`` of branch
+    ``b`` in round ``r`` of task ``i`` are fixed by ``(i, r, b, a)``, so runs that differ
+    only in ``cancel_delay_s`` see the same tasks, lengths and outcomes (common random
+    numbers). The route is the FCFS multi-server queue of :func:`servingcap.sim.fcfs_waits`:
+    with nothing cancelled, feeding the recorded ``arrival_s`` and ``hold_s`` to it
+    reproduces every wait.
+    """
+    sysm = system
+    if not isinstance(sysm, FanOut):
+        raise ValueError(f"system must be a FanOut, got {system!r}")
+    horizon = _check.positive("horizon_s", horizon_s)
+    rng = np.random.default_rng(seed)
+
+    n_guess = int(sysm.task_rate * horizon + 10 * math.sqrt(sysm.task_rate * horizon) + 10)
+    arrivals = np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
+    while arrivals[-1] < horizon:
+        more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
+        arrivals = np.concatenate([arrivals, more])
+    arrivals = arrivals[arrivals < horizon]
+    n = arrivals.size
+
+    names, probs, budget = _failure_classes(sysm.failure_probs, sysm.retries)
+    m = len(names)
+    k, rounds_max = sysm.branches, sysm.max_rounds
+    per_branch = 1 + sum(budget)
+    shape = n * rounds_max * k * per_branch
+    u_res = rng.random(shape)                 # outcome draw of each possible request
+    lengths = _output_lengths(sysm.output_tokens, sysm.output_cv, shape, rng)
+    cum = np.cumsum(probs).tolist() if m else []
+    fail_total = cum[-1] if m else 0.0
+    reject_below = fail_total + (1.0 - fail_total) * (1.0 - sysm.accept_prob)
+    prefill = sysm.prompt_tokens / sysm.prefill_rate
+    step = sysm.decode_step_s
+    delay, backoff = sysm.cancel_delay_s, sysm.retry_backoff_s
+
+    # request records
+    r_task, r_round, r_branch, r_try, r_cause = [], [], [], [], []
+    r_arr, r_start, r_end, r_hold, r_out, r_result, r_status = [], [], [], [], [], [], []
+    # branch records
+    b_task, b_round, b_index, b_used, b_tries = [], [], [], [], []
+    # task state
+    t_done = [False] * n
+    t_finish = [math.nan] * n
+    t_failed = [False] * n
+    t_rounds = [0] * n
+    t_alive = [0] * n
+    t_live: list[set] = [set() for _ in range(n)]
+    t_cancelled = [False] * n
+    t_winner = [-1] * n
+
+    queue: deque = deque()
+    free = sysm.slots
+    events = [(float(t), 2, i, i) for i, t in enumerate(arrivals.tolist())]
+    heapq.heapify(events)
+    seq = n
+    push, pop = heapq.heappush, heapq.heappop
+
+    def start(j, t):
+        nonlocal free, seq
+        free -= 1
+        r_start[j] = t
+        r_status[j] = _RUNNING
+        seq += 1
+        push(events, (t + r_hold[j], 0, seq, j))
+
+    def fill(t):
+        while free > 0 and queue:
+            j = queue.popleft()
+            if r_status[j] == _QUEUED:
+                start(j, t)
+
+    def send(br, t, cause):
+        i = b_task[br]
+        if t_cancelled[i]:
+            return
+        a = b_tries[br]
+        b_tries[br] = a + 1
+        idx = ((i * rounds_max + b_round[br]) * k + b_index[br]) * per_branch + a
+        out = lengths.item(idx)
+        j = len(r_task)
+        r_task.append(i)
+        r_round.append(b_round[br])
+        r_branch.append(br)
+        r_try.append(a)
+        r_cause.append(cause)
+        r_arr.append(t)
+        r_start.append(math.nan)
+        r_end.append(math.nan)
+        r_hold.append(prefill + out * step)
+        r_out.append(out)
+        r_result.append("")
+        r_status.append(_QUEUED)
+        t_live[i].add(j)
+        if free > 0:
+            start(j, t)
+        else:
+            queue.append(j)
+
+    def new_round(i, t):
+        t_rounds[i] += 1
+        t_alive[i] = k
+        first = len(b_task)
+        for b in range(k):
+            b_task.append(i)
+            b_round.append(t_rounds[i] - 1)
+            b_index.append(b)
+            b_used.append([0] * m)
+            b_tries.append(0)
+        for br in range(first, first + k):
+            send(br, t, "")
+
+    def cancel(i, t):
+        nonlocal free
+        t_cancelled[i] = True
+        for j in sorted(t_live[i]):
+            if r_status[j] == _QUEUED:
+                r_status[j] = _DROPPED
+            else:
+                r_status[j] = _STOPPED
+                free += 1
+            r_end[j] = t
+            r_result[j] = "cancelled"
+        t_live[i].clear()
+        fill(t)
+
+    while events:
+        t, kind, _, x = pop(events)
+        if kind == 2:                                   # task arrives
+            new_round(x, t)
+            continue
+        if kind == 3:                                   # delayed retry is sent
+            br, cause = x
+            send(br, t, cause)
+            continue
+        if kind == 1:                                   # late cancellation
+            cancel(x, t)
+            continue
+        j = x                                           # kind 0: a request finishes
+        if r_status[j] != _RUNNING:
+            continue                                    # stopped earlier: stale event
+        i, br = r_task[j], r_branch[j]
+        r_status[j] = _DONE
+        r_end[j] = t
+        t_live[i].discard(j)
+        free += 1
+        fill(t)
+        idx = ((i * rounds_max + b_round[br]) * k + b_index[br]) * per_branch + r_try[j]
+        u = u_res.item(idx)
+        if u < fail_total:
+            c = next(c for c in range(m) if u < cum[c])
+            r_result[j] = names[c]
+            if b_used[br][c] < budget[c]:
+                b_used[br][c] += 1
+                if backoff == 0:
+                    send(br, t, names[c])
+                else:
+                    seq += 1
+                    push(events, (t + backoff, 3, seq, (br, names[c])))
+                continue
+            won = False
+        elif u < reject_below:
+            r_result[j] = "unacceptable"
+            won = False
+        else:
+            r_result[j] = "accepted"
+            won = True
+        if t_done[i]:
+            continue                                    # a loser ending after the answer
+        if won:
+            t_done[i] = True
+            t_finish[i] = t
+            t_winner[i] = j
+            if delay == 0:
+                cancel(i, t)
+            elif math.isfinite(delay):
+                seq += 1
+                push(events, (t + delay, 1, seq, i))
+            continue
+        t_alive[i] -= 1
+        if t_alive[i] == 0:
+            if t_rounds[i] < rounds_max:
+                new_round(i, t)
+            else:
+                t_done[i] = True
+                t_failed[i] = True
+                t_finish[i] = t
+
+    status_name = np.array(["queued", "running", "completed", "stopped", "dropped"])
+    start_a = np.array(r_start, dtype=float)
+    end_a = np.array(r_end, dtype=float)
+    task_a = np.array(r_task, dtype=np.int64)
+    finish_t = np.array(t_finish, dtype=float)
+    busy = np.where(np.isnan(start_a), 0.0, end_a - start_a)
+    after = np.where(np.isnan(start_a), 0.0,
+                     np.clip(end_a - np.maximum(start_a, finish_t[task_a]), 0.0, None))
+    out_a = np.array(r_out, dtype=np.int64)
+    prompt_done = np.minimum(sysm.prompt_tokens, np.floor(busy * sysm.prefill_rate + 1e-6))
+    out_done = np.clip(np.floor((busy - prefill) / step + 1e-6), 0, out_a)
+    winner = np.zeros(task_a.size, dtype=bool)
+    won_idx = np.array([w for w in t_winner if w >= 0], dtype=np.int64)
+    winner[won_idx] = True
+    req = pd.DataFrame({
+        "task": task_a, "round": np.array(r_round, dtype=np.int64),
+        "branch": np.array(r_branch, dtype=np.int64), "attempt": np.array(r_try, dtype=np.int64),
+        "cause": r_cause, "arrival_s": np.array(r_arr, dtype=float), "start_s": start_a,
+        "end_s": end_a, "hold_s": np.array(r_hold, dtype=float), "busy_s": busy,
+        "busy_after_finish_s": after, "prompt_tokens": sysm.prompt_tokens,
+        "output_tokens": out_a, "tokens": (prompt_done + out_done).astype(np.int64),
+        "result": r_result, "status": status_name[np.array(r_status, dtype=np.int64)],
+        "winner": winner,
+    })
+    req = req.sort_values(["arrival_s"], kind="stable").reset_index(drop=True)
+
+    def per_task(values):
+        return np.bincount(task_a, weights=values, minlength=n)
+
+    win_busy = per_task(np.where(winner, busy, 0.0))
+    total_busy = per_task(busy)
+    work_end = np.full(n, -np.inf)
+    np.maximum.at(work_end, task_a, end_a)
+    tasks = pd.DataFrame({
+        "arrival_s": arrivals, "finish_s": finish_t, "critical_path_s": finish_t - arrivals,
+        "outcome": np.where(np.array(t_failed), "failed", "done"),
+        "rounds": np.array(t_rounds, dtype=np.int64),
+        "branches": np.array(t_rounds, dtype=np.int64) * k,
+        "requests": np.bincount(task_a, minlength=n),
+        "busy_s": total_busy, "winner_busy_s": win_busy, "loser_busy_s": total_busy - win_busy,
+        "busy_after_finish_s": per_task(after),
+        "tokens": per_task(prompt_done + out_done).astype(np.int64),
+        "work_end_s": work_end,
+    })
+    return FanOutRun(system=sysm, horizon_s=horizon, tasks=tasks, requests=req)

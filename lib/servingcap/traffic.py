@@ -22,7 +22,9 @@ The rest of the module is offered-load arithmetic:
 - burstiness of an arrival stream: :func:`window_counts`, :func:`index_of_dispersion`,
   :func:`peak_to_mean`, :func:`window_utilization`, :func:`mean_rate`;
 - reshaping a trace: :func:`rescale_to_rate` (same burst shape at another mean rate)
-  and :func:`poisson_like` (same requests, Poisson timing at the same mean rate).
+  and :func:`poisson_like` (same requests, Poisson timing at the same mean rate);
+- agent call amplification: :func:`agent_request_rate` (user tasks/s to inference
+  requests/s) and :func:`retry_multiplier` (requests per call under retries).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "burst_backlog", "drain_time", "balancing_rate", "fluid_backlog", "piecewise_poisson",
     "window_counts", "index_of_dispersion", "peak_to_mean", "window_utilization",
     "mean_rate", "rescale_to_rate", "poisson_like",
+    "agent_request_rate", "retry_multiplier",
 ]
 
 TRACES = {
@@ -407,3 +410,44 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
         out["arrival_s"] = times
         return out
     return times
+
+
+# ---------------------------------------------------------------------------------------
+# Agent call amplification: user tasks are not model requests
+# ---------------------------------------------------------------------------------------
+
+def agent_request_rate(task_rate: float, calls_per_task: float,
+                       retry_multiplier: float = 1.0) -> float:
+    """Inference requests per second that a stream of user tasks offers the route (requests/s).
+
+    ``task_rate * calls_per_task * retry_multiplier``: each user task (``task_rate`` in
+    tasks/s) makes ``calls_per_task`` inference calls on average (calls/task, > 0), and
+    retries and fallbacks multiply the calls by ``retry_multiplier`` (requests/call, >= 1).
+    Example: ``agent_request_rate(2, 6, 1.15)`` is 13.8 requests/s.
+    """
+    lam = _check.nonnegative("task_rate", task_rate)
+    calls = _check.positive("calls_per_task", calls_per_task)
+    mult = _check.number("retry_multiplier", retry_multiplier)
+    if mult < 1:
+        raise ValueError(
+            f"retry_multiplier must be >= 1 (requests per call), got {retry_multiplier!r}"
+        )
+    return lam * calls * mult
+
+
+def retry_multiplier(failure_prob: float, max_retries: int | None = None) -> float:
+    """Mean requests per call when a failed request is retried (requests/call, >= 1).
+
+    Each request fails independently with ``failure_prob`` (0 <= p < 1) and a failed
+    request is re-sent, at most ``max_retries`` times (``None``: until it succeeds). The
+    number of requests is then truncated-geometric with mean
+    ``(1 - p**(r + 1)) / (1 - p)``, or ``1 / (1 - p)`` without a budget.
+    Example: ``retry_multiplier(0.1, 2)`` is 1.11.
+    """
+    p = _check.number("failure_prob", failure_prob)
+    if not 0 <= p < 1:
+        raise ValueError(f"failure_prob must be in [0, 1), got {failure_prob!r}")
+    if max_retries is None:
+        return 1.0 / (1.0 - p)
+    r = _check.whole("max_retries", max_retries, minimum=0)
+    return (1.0 - p ** (r + 1)) / (1.0 - p)
