@@ -123,16 +123,26 @@ def test_chunked_prefill_keeps_gaps_within_budget_and_costs_ttft():
     assert 1.25 - 1e-9 <= ttft < 1.25 + 0.030
 
 
-def test_multi_step_jump_matches_step_by_step():
+@pytest.mark.parametrize("router, options", [
+    ("least_loaded", {}),
+    ("random", {}),
+    ("pooled", {}),
+    ("least_loaded", {"preemptive": True, "max_batch": 8}),
+    ("round_robin", {"kv_capacity_tokens": 40_000, "max_queue": 6}),
+])
+def test_multi_step_jump_matches_step_by_step(router, options):
     # A user cost model disables the identical-step shortcut; with the same arithmetic as
     # the default, every per-request time must agree.
     def same_cost(prefill_tokens, decode_batch, context_tokens):
         return (0.030 if decode_batch else 0.0) + prefill_tokens / 8000
 
     reqs = poisson_requests(rate=4.0, n=400, seed=4)
-    fast, log_fast = simulate(reqs, Replica(chunk_tokens=512), replicas=2, step_log=True)
-    slow, log_slow = simulate(reqs, Replica(chunk_tokens=512, step_time=same_cost), replicas=2,
-                              step_log=True)
+    policy = "srpt" if options.get("preemptive") else "fcfs"
+    fast, log_fast = simulate(reqs, Replica(chunk_tokens=512, **options), replicas=2,
+                              router=router, policy=policy, seed=3, step_log=True)
+    slow, log_slow = simulate(reqs, Replica(chunk_tokens=512, step_time=same_cost, **options),
+                              replicas=2, router=router, policy=policy, seed=3, step_log=True)
+    assert (fast.outcome == slow.outcome).all() and (fast.replica == slow.replica).all()
     cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
     assert np.allclose(fast[cols].to_numpy(), slow[cols].to_numpy(), equal_nan=True, atol=1e-9)
     assert len(log_fast) == len(log_slow)

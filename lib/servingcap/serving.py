@@ -330,6 +330,8 @@ class _Engine:
         self.kv_used_blocks = 0
         self.busy_time = 0.0
         self.repeat = 1
+        self.step_start = self.step_duration = 0.0
+        self.log_row = -1
 
     # ---- memory
     def _blocks(self, tokens) -> np.ndarray:
@@ -435,12 +437,13 @@ class _Engine:
             self.prefix.popitem(last=False)
 
     # ---- one step
-    def plan(self, now: float, next_arrival: float = math.inf) -> None:
+    def plan(self, now: float) -> None:
         """Admit what fits and start the next step at ``now`` (or go idle).
 
         When the step is pure decode with a batch-only cost, the same step repeats
-        until the first sequence finishes, an arrival could join, or memory runs out;
-        those identical steps are taken at once (``self.repeat`` of them).
+        until the first sequence finishes or memory runs out; those identical steps are
+        taken at once (``self.repeat`` of them). An arrival that could join cuts the run
+        short at the next step boundary (:meth:`cut`).
         """
         self._admit(now)
         r = self.req
@@ -459,24 +462,42 @@ class _Engine:
         duration = self.spec.cost(detail)
         repeat = 1
         if not chunks and self.spec.step_time is None:
-            repeat = self._identical_steps(decoding, duration, now, next_arrival)
+            repeat = self._identical_steps(decoding)
         self.step_prefill, self.step_decode, self.repeat = chunks, decoding, repeat
+        self.step_start, self.step_duration = now, duration
         self.busy_until = now + repeat * duration
         self.busy_time += repeat * duration
         if self.steps is not None:
             growth = np.arange(repeat)[:, None]            # KV grows during repeated steps
             kv = self._held(self.running, growth).sum(axis=1) * self.spec.kv_block_tokens
+            self.log_row = len(self.steps)
             self.steps.append((now, self.index, duration, detail.decode_batch,
                                detail.prefill_tokens, len(self.running), len(self.queue),
                                kv, repeat))
 
-    def _identical_steps(self, decoding, duration, now, next_arrival) -> int:
-        """How many copies of this pure-decode step run before anything can change."""
+    def cut(self, t: float) -> None:
+        """A request that could join arrived at ``t``: end the repeated steps at the first
+        step boundary at or after ``t`` so that it is admitted there."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return
+        if len(self.running) >= self.spec.max_batch and not self.spec.preemptive:
+            return
+        keep = max(1, math.ceil((t - self.step_start) / self.step_duration))
+        if keep >= self.repeat:
+            return
+        self.busy_time -= (self.repeat - keep) * self.step_duration
+        self.repeat = keep
+        self.busy_until = self.step_start + keep * self.step_duration
+        if self.steps is not None:
+            row = list(self.steps[self.log_row])
+            row[7], row[8] = row[7][:keep], keep
+            self.steps[self.log_row] = tuple(row)
+
+    def _identical_steps(self, decoding) -> int:
+        """How many copies of this pure-decode step run before the batch can change by
+        itself (a finish, or memory running out); arrivals cut it later."""
         r = self.req
         k = int((r.output[decoding] - r.generated[decoding]).min())     # first finish
-        can_join = len(self.running) < self.spec.max_batch or self.spec.preemptive
-        if can_join and next_arrival < math.inf:
-            k = min(k, max(1, math.ceil((next_arrival - now) / duration)))  # a newcomer joins
         if k > 1 and self._kv_limit < math.inf:
             lo, hi = 1, k                                                 # memory still fits
             while lo < hi:
@@ -624,9 +645,6 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     next_rr = 0
     a = 0
 
-    def _next(k):
-        return req.arrival[order[k]] if k < req.n else math.inf
-
     while True:
         engine = min(engines, key=lambda e: e.busy_until)
         t_arrival = req.arrival[order[a]] if a < req.n else math.inf
@@ -653,15 +671,17 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
             queue.push(req.key(i, policy), i)
-            for idle in queue.replicas:
-                if idle.busy_until == math.inf:
-                    idle.plan(t_arrival, _next(a))
+            for server in queue.replicas:
+                if server.busy_until == math.inf:
+                    server.plan(t_arrival)              # wake an idle replica
+                else:
+                    server.cut(t_arrival)               # or let it admit at its next boundary
             continue
         if engine.busy_until == math.inf:
             break                                   # every replica idle, no arrivals left
         now = engine.busy_until
         engine.finish_step()
-        engine.plan(now, _next(a))
+        engine.plan(now)
     return _result(requests, req, steps)
 
 
