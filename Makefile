@@ -1,6 +1,7 @@
 # Everything runs inside .venv, created from requirements.txt on first use.
 # `make book` builds the HTML book (every chapter executed, warnings are errors);
 # `make test` runs the unit tests and nbval over every chapter.
+# `make test-browser` drives headless Chromium over every page of the built book.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PIP_VERSION := 26.3
 
-.PHONY: book test test-unit test-notebooks bench lint clean
+.PHONY: book test test-unit test-notebooks test-browser chromium bench lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +17,29 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $(STAMP)
 
+# What the HTML book is built from: a change to any of these makes _build/html stale.
+BOOK_SOURCES := _config.yml _toc.yml intro.md references.bib \
+	$(wildcard chapters/*.ipynb appendices/*.md lib/servingcap/*.py)
+BOOK_INDEX   := _build/html/index.html
+CHROMIUM     := /usr/bin/chromium
+
+# Build the book, then serve MathJax from the book itself (no CDN: the book works
+# offline). MathJax 3 comes from the pinned PyPI package django-static-mathjax;
+# _config.yml's mathjax_path points at _static/mathjax/tex-mml-chtml.js.
+define build-book
+$(BIN)/jupyter-book build . -W -n --keep-going || { rm -f $(BOOK_INDEX); exit 1; }
+rm -rf _build/html/_static/mathjax
+cp -R "$$($(BIN)/python -c 'import mathjax, pathlib; print(pathlib.Path(mathjax.__file__).parent / "static" / "mathjax" / "es5")')" _build/html/_static/mathjax
+touch $(BOOK_INDEX)
+endef
+
 book: $(STAMP)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(build-book)
 	@echo "Open _build/html/index.html in a browser."
+
+# The browser test rebuilds the book only when it is missing or older than its sources.
+$(BOOK_INDEX): $(STAMP) $(BOOK_SOURCES)
+	$(build-book)
 
 test: test-unit test-notebooks
 
@@ -26,7 +47,17 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval chapters
+	$(BIN)/python -m pytest --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters
+
+# Headless Debian Chromium (CI runs as root; Playwright never downloads a browser).
+chromium:
+	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+# Every page of the built book in Chromium: console errors, images, math, links,
+# solution dropdowns, notebook downloads, no request leaving 127.0.0.1; screenshots
+# land in _build/screenshots/.
+test-browser: $(STAMP) chromium $(BOOK_INDEX)
+	$(BIN)/python -m pytest tests/browser --run-browser
 
 bench: $(STAMP)
 	$(BIN)/python bench/fcfs_vs_ciw.py
