@@ -1,0 +1,582 @@
+"""Command line: ``python -m servingcap plan`` sizes a fleet and checks it by simulation.
+
+Run ``python -m servingcap plan --help`` for every option and its unit. Options can
+also come from a TOML file (``--config plan.toml``) whose keys are the long option
+names (``rate = 30``, ``prompt-dist = "lognormal:mean=2000,cv=1"``); options given on
+the command line win over the file. Bad input exits with status 2 and a one-line
+message naming the option and its value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PROG = "python -m servingcap"
+
+# Every plan option: name -> (default, help). Defaults are the book's locked numbers.
+DEFAULTS = {
+    "rate": 30.0,
+    "requests": 3000,
+    "prompt_tokens": None,
+    "prompt_dist": "fixed:2000",
+    "output_tokens": None,
+    "output_dist": "fixed:300",
+    "trace": None,
+    "prefill_rate": 8000.0,
+    "decode_step_ms": 30.0,
+    "decode_table": None,
+    "chunk_tokens": None,
+    "max_batch": 32,
+    "ttft_p99_ms": 1000.0,
+    "tpot_p99_ms": 50.0,
+    "target": 0.99,
+    "router": "least_loaded",
+    "policy": "fcfs",
+    "spares": 1,
+    "beta": 2.0,
+    "seed": 0,
+    "rtol": 0.02,
+    "progress": True,
+}
+
+DISTRIBUTIONS = {
+    "fixed": ("value",),
+    "exponential": ("mean",),
+    "lognormal": ("mean", "cv"),
+    "gamma": ("mean", "cv"),
+    "uniform": ("low", "high"),
+}
+
+
+class InputError(Exception):
+    """Bad user input: reported as one line, exit status 2."""
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _bad(name: str, value, why: str) -> InputError:
+    return InputError(f"{_option(name)} {why}, got {value!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Capacity planning for an LLM serving fleet, "
+                     "from the book Capacity Is a Queue.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    p = commands.add_parser(
+        "plan", prog=f"{PROG} plan",
+        help="size a fleet for an arrival rate and check it by simulation",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Size a fleet of LLM serving replicas for an arrival rate and a latency SLO.\n\n"
+            "Prints (1) the closed-form first guess: Little's law a = rate x T_hold busy\n"
+            "slots, square-root staffing c = a + beta sqrt(a), whole replicas plus spares;\n"
+            "(2) the smallest replica count whose simulated SLO attainment meets --target\n"
+            "(continuous-batching simulator, the same requests at every size), with its\n"
+            "p99 TTFT/TPOT and goodput, and the count one below to show it misses; (3) the\n"
+            "capacity knee: the largest rate that many serving replicas carry (spares held\n"
+            "back), found by bisection on the simulator.\n\n"
+            "A request meets the SLO when it finishes with TTFT <= --ttft-p99-ms and mean\n"
+            "TPOT <= --tpot-p99-ms; the fleet meets it when at least --target of all\n"
+            "requests do (0.99: a joint p99). Rejected or unfinished requests count as misses."),
+        epilog=(
+            "Distributions (--prompt-dist, --output-dist), in tokens, rounded to whole "
+            "tokens >= 1:\n"
+            "  fixed:2000   exponential:mean=2000   lognormal:mean=2000,cv=1\n"
+            "  gamma:mean=300,cv=0.5   uniform:low=100,high=4000\n\n"
+            "Config file: keys are the long option names, e.g.\n"
+            "  rate = 30\n  prompt-dist = \"lognormal:mean=2000,cv=1\"\n"
+            "  decode-table = \"16:20,32:30,64:55\"   # or a table {16 = 20, 32 = 30}\n"
+            "Command-line options override the file.\n\n"
+            "Example:\n  python -m servingcap plan --rate 30 --prompt-tokens 2000 "
+            "--output-tokens 300 \\\n      --ttft-p99-ms 1000 --tpot-p99-ms 50 --max-batch 32"),
+    )
+    S = argparse.SUPPRESS      # absent options stay absent, so the config file can fill them
+    d = DEFAULTS
+    p.add_argument("--config", metavar="FILE", default=S,
+                   help="TOML file of options (keys = long option names); command line wins")
+    g = p.add_argument_group("traffic")
+    g.add_argument("--rate", type=str, metavar="REQ_PER_S", default=S,
+                   help=f"mean arrival rate to plan for, requests/s (default {d['rate']:g})")
+    g.add_argument("--requests", type=str, metavar="N", default=S,
+                   help="number of requests to simulate (Poisson arrivals, or the first N "
+                        f"of --trace); more is slower and less noisy (default {d['requests']})")
+    g.add_argument("--prompt-tokens", type=str, metavar="TOKENS", default=S,
+                   help="every prompt this many tokens (shorthand for --prompt-dist fixed:TOKENS)")
+    g.add_argument("--prompt-dist", type=str, metavar="SPEC", default=S,
+                   help=f"prompt length distribution, tokens (default {d['prompt_dist']})")
+    g.add_argument("--output-tokens", type=str, metavar="TOKENS", default=S,
+                   help="every output this many tokens (shorthand for --output-dist fixed:TOKENS)")
+    g.add_argument("--output-dist", type=str, metavar="SPEC", default=S,
+                   help=f"output length distribution, tokens (default {d['output_dist']})")
+    g.add_argument("--trace", type=str, metavar="NAME|PATH", default=S,
+                   help="replay a trace instead: azure_conv, azure_code, mooncake, or a "
+                        ".csv (Azure columns) / .jsonl (Mooncake fields) file; arrivals are "
+                        "rescaled to --rate keeping the burst shape; token counts from the "
+                        "trace (0 becomes 1)")
+    g = p.add_argument_group("replica cost model")
+    g.add_argument("--prefill-rate", type=str, metavar="TOKENS_PER_S", default=S,
+                   help="prompt tokens prefilled per second, tokens/s "
+                        f"(default {d['prefill_rate']:g})")
+    g.add_argument("--decode-step-ms", type=str, metavar="MS", default=S,
+                   help="decode step time at any batch size, milliseconds "
+                        f"(default {d['decode_step_ms']:g})")
+    g.add_argument("--decode-table", type=str, metavar="B:MS,...", default=S,
+                   help="decode step time by batch size, batch:milliseconds pairs, "
+                        "interpolated linearly, e.g. 16:20,32:30,64:55 (replaces --decode-step-ms)")
+    g.add_argument("--chunk-tokens", type=str, metavar="TOKENS", default=S,
+                   help="chunked prefill: prompt tokens per step, tokens (default: whole prompts)")
+    g.add_argument("--max-batch", type=str, metavar="SLOTS", default=S,
+                   help=f"batch slots per replica, concurrent sequences (default {d['max_batch']})")
+    g = p.add_argument_group("service-level objective")
+    g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
+                   help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
+    g.add_argument("--tpot-p99-ms", type=str, metavar="MS", default=S,
+                   help=f"time-per-output-token limit, milliseconds (default {d['tpot_p99_ms']:g})")
+    g.add_argument("--target", type=str, metavar="FRACTION", default=S,
+                   help="fraction of requests that must meet both limits, in (0, 1] "
+                        f"(default {d['target']:g})")
+    g = p.add_argument_group("fleet")
+    g.add_argument("--router", type=str, metavar="NAME", default=S,
+                   help="least_loaded, random, round_robin or pooled (one shared queue) "
+                        f"(default {d['router']})")
+    g.add_argument("--policy", type=str, metavar="NAME", default=S,
+                   help=f"queue order on each replica: fcfs, sjf or srpt (default {d['policy']})")
+    g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
+                   help=f"whole replicas added for failures, replicas (default {d['spares']}, N+1)")
+    g.add_argument("--beta", type=str, metavar="BETA", default=S,
+                   help="square-root staffing headroom for the closed form, dimensionless "
+                        f"(default {d['beta']:g})")
+    g = p.add_argument_group("run")
+    g.add_argument("--seed", type=str, metavar="INT", default=S,
+                   help="seed for sampled arrivals, lengths and the random router "
+                        f"(default {d['seed']})")
+    g.add_argument("--rtol", type=str, metavar="FRACTION", default=S,
+                   help=f"relative precision of the capacity search (default {d['rtol']:g})")
+    g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
+                   default=S, help="no progress bar on stderr")
+    return parser
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _load_config(path: str) -> dict:
+    file = Path(path)
+    if not file.is_file():
+        raise _bad("config", path, "must be a readable TOML file")
+    try:
+        raw = tomllib.loads(file.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"--config {path!r} is not valid TOML: {exc}") from exc
+    if "plan" in raw and isinstance(raw["plan"], dict) and len(raw) == 1:
+        raw = raw["plan"]                       # allow a [plan] table
+    out = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in DEFAULTS:
+            raise InputError(f"--config {path!r}: unknown key {key!r}; keys are the long "
+                             "option names, e.g. rate, requests, prompt-dist, max-batch")
+        out[name] = value
+    return out
+
+
+def _number(name, value, *, positive=True, allow_zero=False, upper=None) -> float:
+    if isinstance(value, bool):
+        raise _bad(name, value, "must be a number")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise _bad(name, value, "must be a number") from None
+    if not math.isfinite(x):
+        raise _bad(name, value, "must be finite")
+    if positive and (x < 0 or (x == 0 and not allow_zero)):
+        raise _bad(name, value, "must be >= 0" if allow_zero else "must be > 0")
+    if upper is not None and x > upper:
+        raise _bad(name, value, f"must be <= {upper:g}")
+    return x
+
+
+def _whole(name, value, minimum=1) -> int:
+    if isinstance(value, bool):
+        raise _bad(name, value, f"must be a whole number >= {minimum}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise _bad(name, value, f"must be a whole number >= {minimum}") from None
+    if not math.isfinite(x) or x != int(x) or x < minimum:
+        raise _bad(name, value, f"must be a whole number >= {minimum}")
+    return int(x)
+
+
+def _flag(name, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise _bad(name, value, "must be true or false")
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A token-length distribution parsed from ``kind:key=value,...``."""
+
+    kind: str
+    params: dict
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        p = self.params
+        if self.kind == "fixed":
+            x = np.full(n, p["value"])
+        elif self.kind == "exponential":
+            x = rng.exponential(p["mean"], n)
+        elif self.kind == "lognormal":
+            sigma2 = math.log1p(p["cv"] ** 2)
+            x = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), n)
+        elif self.kind == "gamma":
+            shape = 1.0 / p["cv"] ** 2
+            x = rng.gamma(shape, p["mean"] / shape, n)
+        else:
+            x = rng.uniform(p["low"], p["high"], n)
+        return np.maximum(1, np.round(x)).astype(np.int64)
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed {self.params['value']:g} tokens"
+        inner = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        return f"{self.kind} ({inner}) tokens"
+
+
+def parse_dist(name: str, spec) -> Dist:
+    """Parse ``2000``, ``fixed:2000`` or ``kind:key=value,...`` (see DISTRIBUTIONS)."""
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        spec = f"fixed:{spec}"
+    if not isinstance(spec, str) or not spec.strip():
+        raise _bad(name, spec, "must be a distribution like lognormal:mean=2000,cv=1")
+    text = spec.strip()
+    kind, _, rest = text.partition(":")
+    kind = kind.strip().lower()
+    if not rest and kind not in DISTRIBUTIONS:
+        kind, rest = "fixed", text
+    if kind not in DISTRIBUTIONS:
+        raise _bad(name, spec, f"must name one of {', '.join(DISTRIBUTIONS)}")
+    keys = DISTRIBUTIONS[kind]
+    params = {}
+    if kind == "fixed" and "=" not in rest:
+        params["value"] = rest
+    else:
+        for part in filter(None, (s.strip() for s in rest.split(","))):
+            key, eq, value = part.partition("=")
+            if not eq or key.strip() not in keys:
+                raise _bad(name, spec,
+                           f"must give {kind} parameters {', '.join(keys)} as key=value")
+            params[key.strip()] = value
+    if set(params) != set(keys):
+        raise _bad(name, spec, f"must give {kind} parameters {', '.join(keys)}")
+    clean = {}
+    for key, value in params.items():
+        try:
+            x = float(value)
+        except ValueError:
+            raise _bad(name, spec, f"has a {key} that is not a number") from None
+        if not math.isfinite(x) or x < (0 if key == "low" else 1e-300):
+            raise _bad(name, spec, f"must have {key} > 0")
+        clean[key] = x
+    if kind == "fixed" and clean["value"] != round(clean["value"]):
+        raise _bad(name, spec, "must be a whole number of tokens")
+    if kind == "fixed" and clean["value"] < 1:
+        raise _bad(name, spec, "must be >= 1 token")
+    if kind == "uniform" and not clean["low"] < clean["high"]:
+        raise _bad(name, spec, "must have low < high")
+    return Dist(kind, clean)
+
+
+def parse_table(name: str, spec) -> dict:
+    """``16:20,32:30`` or a TOML table {16 = 20} -> {batch: seconds}."""
+    if isinstance(spec, dict):
+        pairs = list(spec.items())
+    elif isinstance(spec, str) and spec.strip():
+        pairs = []
+        for part in spec.split(","):
+            batch, colon, ms = part.partition(":")
+            if not colon:
+                raise _bad(name, spec, "must be batch:milliseconds pairs like 16:20,32:30")
+            pairs.append((batch, ms))
+    else:
+        raise _bad(name, spec, "must be batch:milliseconds pairs like 16:20,32:30")
+    table = {}
+    for batch, ms in pairs:
+        try:
+            b, t = float(str(batch).strip()), float(str(ms).strip())
+        except ValueError:
+            raise _bad(name, spec, "must be batch:milliseconds pairs of numbers") from None
+        if not (math.isfinite(b) and b >= 1 and b == int(b)):
+            raise _bad(name, spec, "must have whole batch sizes >= 1")
+        if not (math.isfinite(t) and t > 0):
+            raise _bad(name, spec, "must have step times > 0 ms")
+        if int(b) in table:
+            raise _bad(name, spec, f"must not repeat batch size {int(b)}")
+        table[int(b)] = t / 1000.0
+    return table
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated plan inputs, ready for :func:`servingcap.planning.plan`."""
+
+    rate: float
+    requests: pd.DataFrame
+    workload: str
+    replica: object
+    limits: dict
+    target: float
+    router: str
+    policy: str
+    spares: int
+    beta: float
+    seed: int
+    rtol: float
+    progress: bool
+    decode: str
+
+
+def settings(options: dict) -> Settings:
+    """Merge defaults with ``options`` (already merged config + command line) and validate."""
+    from .serving import ROUTERS, Replica
+
+    given = dict(options)
+    o = {**DEFAULTS, **given}
+    rate = _number("rate", o["rate"])
+    n = _whole("requests", o["requests"], minimum=2)
+    seed = _whole("seed", o["seed"], minimum=0)
+    for short, dist in (("prompt_tokens", "prompt_dist"), ("output_tokens", "output_dist")):
+        if short in given and dist in given:
+            raise InputError(f"{_option(short)} and {_option(dist)} are alternatives; give one, "
+                             f"got {given[short]!r} and {given[dist]!r}")
+    prompt = (parse_dist("prompt_tokens", o["prompt_tokens"]) if "prompt_tokens" in given
+              else parse_dist("prompt_dist", o["prompt_dist"]))
+    output = (parse_dist("output_tokens", o["output_tokens"]) if "output_tokens" in given
+              else parse_dist("output_dist", o["output_dist"]))
+    if o["trace"] is not None:
+        for name in ("prompt_tokens", "prompt_dist", "output_tokens", "output_dist"):
+            if name in given:
+                raise InputError(f"{_option(name)} cannot be combined with --trace "
+                                 f"(the trace has its own lengths), got {given[name]!r}")
+        frame, workload = _trace_requests(o["trace"], n)
+    else:
+        rng = np.random.default_rng(seed)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+        frame = pd.DataFrame({"arrival_s": arrivals,
+                              "prompt_tokens": prompt.sample(n, rng),
+                              "output_tokens": output.sample(n, rng)})
+        workload = f"Poisson arrivals; prompts {prompt}; outputs {output}"
+    if "decode_table" in given and "decode_step_ms" in given:
+        raise InputError(f"--decode-step-ms and --decode-table are alternatives; give one, got "
+                         f"{given['decode_step_ms']!r} and {given['decode_table']!r}")
+    if o["decode_table"] is not None:
+        decode = parse_table("decode_table", o["decode_table"])
+        decode_text = "decode step " + ", ".join(f"{1000 * s:g} ms at {b}"
+                                                 for b, s in decode.items())
+    else:
+        decode = _number("decode_step_ms", o["decode_step_ms"]) / 1000.0
+        decode_text = f"decode step {1000 * decode:g} ms"
+    chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
+    max_batch = _whole("max_batch", o["max_batch"])
+    replica = Replica(prefill_rate=_number("prefill_rate", o["prefill_rate"]),
+                      decode_step_s=decode, max_batch=max_batch, chunk_tokens=chunk)
+    limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
+              "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
+    target = _number("target", o["target"], upper=1.0)
+    router = o["router"]
+    if router not in ROUTERS:
+        raise _bad("router", router, f"must be one of {', '.join(ROUTERS)}")
+    policy = o["policy"]
+    if policy not in ("fcfs", "sjf", "srpt"):
+        raise _bad("policy", policy, "must be one of fcfs, sjf, srpt")
+    rtol = _number("rtol", o["rtol"])
+    if rtol >= 1:
+        raise _bad("rtol", o["rtol"], "must be < 1")
+    return Settings(rate=rate, requests=frame, workload=workload, replica=replica,
+                    limits=limits, target=target, router=router, policy=policy,
+                    spares=_whole("spares", o["spares"], minimum=0),
+                    beta=_number("beta", o["beta"], allow_zero=True), seed=seed, rtol=rtol,
+                    progress=_flag("progress", o["progress"]), decode=decode_text)
+
+
+def _trace_requests(name, n: int):
+    from .traffic import TRACES, load_trace
+
+    if not isinstance(name, str) or not name:
+        raise _bad("trace", name, "must be a trace name or a file path")
+    if name not in TRACES and Path(name).suffix not in (".csv", ".jsonl"):
+        raise _bad("trace", name, f"must be one of {', '.join(TRACES)} or a .csv/.jsonl file")
+    try:
+        frame = load_trace(name)
+    except FileNotFoundError as exc:
+        raise _bad("trace", name, f"names a file that is not there ({exc})") from None
+    except ValueError as exc:
+        raise _bad("trace", name, f"could not be read ({exc})") from None
+    frame = frame.iloc[:n].copy()
+    if len(frame) < 2 or frame["arrival_s"].iloc[-1] <= frame["arrival_s"].iloc[0]:
+        raise _bad("trace", name, "must hold at least 2 requests spread over time")
+    zeros = int(((frame["prompt_tokens"] < 1) | (frame["output_tokens"] < 1)).sum())
+    frame["prompt_tokens"] = frame["prompt_tokens"].clip(lower=1)
+    frame["output_tokens"] = frame["output_tokens"].clip(lower=1)
+    note = f", {zeros} zero lengths set to 1" if zeros else ""
+    text = (f"trace {name}: first {len(frame)} requests, burst shape kept{note}; "
+            f"mean prompt {frame['prompt_tokens'].mean():.0f} tokens, "
+            f"mean output {frame['output_tokens'].mean():.0f} tokens")
+    return frame[["arrival_s", "prompt_tokens", "output_tokens"]], text
+
+
+# --------------------------------------------------------------------------- output
+
+
+class _Progress:
+    """A progress bar on stderr, one tick per simulation (tqdm)."""
+
+    def __init__(self, enabled: bool):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(desc="simulating", unit=" sim", file=sys.stderr, leave=False,
+                            dynamic_ncols=True)
+
+    def __call__(self, row: dict) -> None:
+        if self.bar is not None:
+            label = f"{row['replicas']} repl" if "replicas" in row else "capacity"
+            self.bar.set_postfix_str(f"{label} @ {row['rate_rps']:.3g} req/s: "
+                                     f"{row['attainment']:.2%} ok", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _replicas(n: int) -> str:
+    return f"{n} replica" if n == 1 else f"{n} replicas"
+
+
+def _ms(seconds: float) -> str:
+    return "inf" if not math.isfinite(seconds) else f"{1000 * seconds:.0f} ms"
+
+
+def _ms_or_na(seconds: float) -> str:
+    return "n/a" if math.isnan(seconds) else _ms(seconds)
+
+
+def render(s: Settings, result) -> str:
+    """The report printed by ``plan`` (plain text, one number per claim)."""
+    sz = result.sizing
+    r = s.replica
+    prompt = float(s.requests["prompt_tokens"].mean())
+    output = float(s.requests["output_tokens"].mean())
+    ttft, tpot = s.limits["ttft_s"], s.limits["tpot_s"]
+    lines = [
+        f"Plan for {s.rate:g} req/s; {len(s.requests)} requests simulated ({s.workload})",
+        f"Replica: prefill {r.prefill_rate:g} tokens/s, {s.decode}, {r.max_batch} slots, "
+        + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
+        + f"; router {s.router}, policy {s.policy}",
+        f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
+        "",
+        f"1. Closed-form first guess (Little + square-root staffing, beta = {sz.beta:g})",
+        f"   T_hold = {prompt:.0f}-token prefill + {output:.0f} decode steps at a full batch "
+        f"= {result.hold_s:.3g} s per request",
+        f"   a = {s.rate:g} req/s x {result.hold_s:.3g} s = {sz.offered_load:.1f} busy slots; "
+        f"c = {sz.slots} slots / {r.max_batch} per replica",
+        f"   first guess: {_replicas(sz.replicas_for_slots)} + {sz.spares} spare = "
+        f"{_replicas(sz.replicas)}",
+        "",
+        f"2. Simulator-confirmed fleet: {_replicas(result.fleet.replicas)} + {result.spares} "
+        f"spare = {_replicas(result.replicas)}",
+        f"   {'replicas':>8}  {'TTFT p99':>9}  {'TPOT p99':>9}  {'attainment':>10}  "
+        f"{'goodput':>12}  verdict",
+    ]
+    for n, row in ((result.fleet.replicas, result.at_size),
+                   (result.fleet.replicas - 1, result.below)):
+        if row is None:
+            lines.append(f"   {n:>8}  (one replica already meets the target)")
+            continue
+        verdict = "meets" if row["meets"] else "misses"
+        lines.append(f"   {n:>8}  {_ms(row['ttft_p99_s']):>9}  {_ms_or_na(row['tpot_p99_s']):>9}  "
+                     f"{row['attainment']:>10.2%}  {row['goodput_rps']:>6.2f} req/s  {verdict}")
+    diff = result.fleet.replicas - sz.replicas_for_slots
+    lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
+                 f"{result.fleet.replicas} ({diff:+d})")
+    cap = result.capacity
+    row = cap.at_rate
+    lines += [
+        "",
+        f"3. Capacity knee: {_replicas(result.fleet.replicas)} (spares held back) "
+        f"{'carries' if result.fleet.replicas == 1 else 'carry'} up to "
+        f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s)",
+        f"   at {cap.rate:.4g} req/s: attainment {cap.attainment:.2%}, TTFT p99 "
+        f"{_ms(row['ttft_p99_s'])}, TPOT p99 {_ms_or_na(row['tpot_p99_s'])}, "
+        f"goodput {row['goodput_rps']:.2f} req/s; misses at {cap.upper:.4g} req/s",
+        f"   ({result.simulations} simulations; goodput = requests meeting the SLO per second "
+        "from first arrival to last finish)",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _merge(namespace: argparse.Namespace) -> dict:
+    given = {k: v for k, v in vars(namespace).items() if k != "command"}
+    config = given.pop("config", None)
+    merged = _load_config(config) if config is not None else {}
+    merged.update(given)
+    return merged
+
+
+def main(argv=None) -> int:
+    from .planning import plan
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        s = settings(_merge(args))
+    except InputError as exc:
+        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:          # library validation (e.g. a replica limit)
+        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
+        return 2
+    bar = _Progress(s.progress)
+    try:
+        result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
+                      limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
+                      seed=s.seed, rtol=s.rtol, progress=bar)
+    except ValueError as exc:
+        bar.close()
+        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    print(render(s, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
