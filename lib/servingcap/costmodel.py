@@ -108,7 +108,8 @@ def fit(prefill_points, decode_points) -> PhaseCost:
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f"prefill_points must be rows of (prompt_tokens, seconds), got shape {p.shape}")
     if d.ndim != 2 or d.shape[1] != 3:
-        raise ValueError(f"decode_points must be rows of (batch, context_tokens, seconds), got shape {d.shape}")
+        raise ValueError("decode_points must be rows of (batch, context_tokens, seconds), "
+                         f"got shape {d.shape}")
     for name, arr in (("prefill_points", p), ("decode_points", d)):
         if not np.isfinite(arr).all() or (arr < 0).any():
             raise ValueError(f"{name} must be finite and >= 0, got {arr.tolist()!r}")

@@ -113,9 +113,9 @@ class Replica:
     max_queue : int, mapping or None
         Queue-depth cap: an arrival that finds this many requests already waiting for a
         batch slot (queued beyond the free slots) is rejected at once (a fast 429);
-        ``max_queue=0`` admits only into free slots. A mapping ``{priority: cap}`` gives each priority class its own
-        threshold on the shared queue's depth (tiered shedding); classes not listed
-        are never rejected.
+        ``max_queue=0`` admits only into free slots. A mapping ``{priority: cap}``
+        gives each priority class its own threshold on the shared queue's depth
+        (tiered shedding); classes not listed are never rejected.
     max_prompt_tokens : int or None
         Admission limit on prompt length: longer prompts are rejected on arrival.
     timeout_s : float or None
@@ -280,7 +280,7 @@ class _Requests:
             return self._tokens(frame, column, minimum=0)
         if default is None:
             raise ValueError(f"kv_reserve={replica.kv_reserve!r} needs a {column} column or "
-                             f"Replica({'expected' if column.startswith('pred') else 'max'}_output_tokens=...)")
+                             f"Replica({column.replace('predicted', 'expected')}=...)")
         return np.full(self.n, int(default), dtype=np.int64)
 
     def key(self, i: int, policy: str) -> tuple:

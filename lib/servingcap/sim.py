@@ -73,7 +73,7 @@ def _many_servers(a: np.ndarray, s: np.ndarray, c: int) -> np.ndarray:
     waits = np.empty_like(a)
     free_at = [-np.inf] * c                              # heap of server free times
     replace = heapq.heapreplace
-    for i, (arrive, serve) in enumerate(zip(a.tolist(), s.tolist())):
+    for i, (arrive, serve) in enumerate(zip(a.tolist(), s.tolist(), strict=True)):
         earliest = free_at[0]
         start = arrive if arrive > earliest else earliest
         waits[i] = start - arrive
