@@ -3,7 +3,6 @@
 import numpy as np
 import pandas as pd
 import pytest
-
 from servingcap import costmodel
 from servingcap.serving import Replica, simulate
 

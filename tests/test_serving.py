@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
 from servingcap import LOCKED, MG1, sim
 from servingcap.serving import Replica, StepDetail, detailed, simulate
 
@@ -359,3 +358,17 @@ def test_queue_cap_counts_only_requests_waiting_for_a_slot():
     assert out.outcome.tolist() == ["done", "done", "rejected", "rejected"]
     out = simulate(four, Replica(max_batch=2, max_queue=1))
     assert out.outcome.tolist() == ["done", "done", "done", "rejected"]
+
+
+@pytest.mark.parametrize("replicas, router", [(1, "least_loaded"), (3, "least_loaded"),
+                                              (3, "round_robin"), (2, "pooled")])
+def test_simultaneous_arrivals_share_their_first_step(replicas, router):
+    # Eight requests arriving at the same instant on idle replicas all prefill in the
+    # first step of their replica: one step of (total prompt) / prefill_rate, not a
+    # lone first prefill followed by the rest.
+    reqs = pd.DataFrame({"arrival_s": np.full(8, 5.0), "prompt_tokens": 800, "output_tokens": 20})
+    out = simulate(reqs, Replica(), replicas=replicas, router=router)
+    assert (out.admitted_s == 5.0).all()
+    per_replica = out.groupby("replica").size()
+    expected_ttft = out.replica.map(per_replica) * 800 / 8000
+    assert np.allclose(out.ttft_s, expected_ttft)

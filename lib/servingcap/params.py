@@ -42,7 +42,7 @@ class ServingParams:
         for name in ("decode_batch", "prompt_tokens", "long_prompt_tokens", "output_tokens"):
             _check.whole(name, getattr(self, name))
 
-    def replace(self, **changes) -> "ServingParams":
+    def replace(self, **changes) -> ServingParams:
         """A copy with some fields changed, validated like the original."""
         return dataclasses.replace(self, **changes)
 

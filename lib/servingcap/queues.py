@@ -237,7 +237,7 @@ class MG1:
         _check.stable(lam * s, f"arrival_rate={lam:g}/s, mean_service={s:g} s")
 
     @classmethod
-    def from_service_times(cls, arrival_rate: float, service_times) -> "MG1":
+    def from_service_times(cls, arrival_rate: float, service_times) -> MG1:
         """An M/G/1 whose S and C_v are measured from a sample of service times (s)."""
         x = _check.array("service_times", service_times, nonnegative_values=True)
         if x.size < 2:

@@ -644,6 +644,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         engines.append(engine)
     next_rr = 0
     a = 0
+    touched: list[_Queue] = []                          # queues fed since the last wake-up
 
     while True:
         engine = min(engines, key=lambda e: e.busy_until)
@@ -671,11 +672,16 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
             queue.push(req.key(i, policy), i)
-            for server in queue.replicas:
+            if queue not in touched:
+                touched.append(queue)
+            if a < req.n and req.arrival[order[a]] == t_arrival:
+                continue                                # simultaneous arrivals join one step
+            for server in (e for q in touched for e in q.replicas):
                 if server.busy_until == math.inf:
                     server.plan(t_arrival)              # wake an idle replica
                 else:
                     server.cut(t_arrival)               # or let it admit at its next boundary
+            touched.clear()
             continue
         if engine.busy_until == math.inf:
             break                                   # every replica idle, no arrivals left
