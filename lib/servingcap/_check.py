@@ -97,3 +97,20 @@ def array(name: str, values, *, nonnegative_values: bool = False) -> np.ndarray:
         i = int(np.argmax(out < 0))
         raise ValueError(f"{name} must be >= 0, got {out[i]!r} at index {i}")
     return out
+
+
+def arrivals_and_services(arrival_times, service_times) -> tuple[np.ndarray, np.ndarray]:
+    """Validated queue inputs: same-length 1-D arrays, arrivals non-decreasing (s),
+    services >= 0 (s)."""
+    a = array("arrival_times", arrival_times)
+    s = array("service_times", service_times, nonnegative_values=True)
+    if a.shape != s.shape:
+        raise ValueError(
+            f"arrival_times and service_times must have the same length, got {a.size} and {s.size}"
+        )
+    if a.size and (np.diff(a) < 0).any():
+        i = int(np.argmax(np.diff(a) < 0)) + 1
+        raise ValueError(
+            f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
+        )
+    return a, s

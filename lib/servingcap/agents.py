@@ -68,8 +68,34 @@ BOUNDARIES = (
 """The boundaries :meth:`AgentRun.boundary` knows, from the outside in."""
 
 
+class _EngineShape:
+    """What a simulated route shares: slots, prompt/output shape and engine speeds.
+
+    Mixed into the frozen dataclasses below, which define the fields ``slots``,
+    ``prompt_tokens``, ``output_tokens``, ``prefill_rate`` and ``decode_step_s``.
+    """
+
+    def replace(self, **changes):
+        """A copy with some fields changed, validated like the original."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_params(cls, params, **changes):
+        """Take the engine's speeds and request shape from a :class:`~servingcap.ServingParams`."""
+        base = dict(slots=params.decode_batch, prompt_tokens=params.prompt_tokens,
+                    output_tokens=float(params.output_tokens), prefill_rate=params.prefill_rate,
+                    decode_step_s=params.decode_step_s)
+        base.update(changes)
+        return cls(**base)
+
+    @property
+    def mean_hold_s(self) -> float:
+        """Mean time a request holds an engine slot (s): prefill + mean output * step."""
+        return self.prompt_tokens / self.prefill_rate + self.output_tokens * self.decode_step_s
+
+
 @dataclass(frozen=True)
-class AgentSystem:
+class AgentSystem(_EngineShape):
     """The parameters of one agent system (seconds, tokens, tokens/s, tasks/s)."""
 
     task_rate: float = 0.6
@@ -119,24 +145,6 @@ class AgentSystem:
         object.__setattr__(self, "escalation_prob", p)
         if self.output_tokens < 1:
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens!r}")
-
-    def replace(self, **changes) -> AgentSystem:
-        """A copy with some fields changed, validated like the original."""
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_params(cls, params, **changes) -> AgentSystem:
-        """Take the engine's speeds and request shape from a :class:`~servingcap.ServingParams`."""
-        base = dict(slots=params.decode_batch, prompt_tokens=params.prompt_tokens,
-                    output_tokens=float(params.output_tokens), prefill_rate=params.prefill_rate,
-                    decode_step_s=params.decode_step_s)
-        base.update(changes)
-        return cls(**base)
-
-    @property
-    def mean_hold_s(self) -> float:
-        """Mean time a call holds an engine slot (s): prefill + mean output * step."""
-        return self.prompt_tokens / self.prefill_rate + self.output_tokens * self.decode_step_s
 
     @property
     def call_rate(self) -> float:
@@ -479,7 +487,7 @@ def branch_attempts(failure_probs: dict, retries: dict) -> BranchAttempts:
 
 
 @dataclass(frozen=True)
-class FanOut:
+class FanOut(_EngineShape):
     """An orchestrator that fans each task out to parallel branches on one shared route.
 
     Units: seconds, tokens, tokens/s, tasks/s. The model (simulated by
@@ -559,24 +567,6 @@ class FanOut:
         object.__setattr__(self, "cancel_delay_s", float(d))
         if self.output_tokens < 1:
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens!r}")
-
-    def replace(self, **changes) -> FanOut:
-        """A copy with some fields changed, validated like the original."""
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_params(cls, params, **changes) -> FanOut:
-        """Take the route's speeds and request shape from a :class:`~servingcap.ServingParams`."""
-        base = dict(slots=params.decode_batch, prompt_tokens=params.prompt_tokens,
-                    output_tokens=float(params.output_tokens), prefill_rate=params.prefill_rate,
-                    decode_step_s=params.decode_step_s)
-        base.update(changes)
-        return cls(**base)
-
-    @property
-    def mean_hold_s(self) -> float:
-        """Mean time a request holds a slot (s): prefill + mean output * step."""
-        return self.prompt_tokens / self.prefill_rate + self.output_tokens * self.decode_step_s
 
     @property
     def capacity(self) -> float:

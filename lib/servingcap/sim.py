@@ -40,18 +40,8 @@ def fcfs_waits(arrival_times, service_times, servers: int = 1) -> np.ndarray:
         Time each request waits before its service starts (s), >= 0.
         Response time is ``waits + service_times``.
     """
-    a = _check.array("arrival_times", arrival_times)
-    s = _check.array("service_times", service_times, nonnegative_values=True)
+    a, s = _check.arrivals_and_services(arrival_times, service_times)
     c = _check.whole("servers", servers)
-    if a.shape != s.shape:
-        raise ValueError(
-            f"arrival_times and service_times must have the same length, got {a.size} and {s.size}"
-        )
-    if a.size and (np.diff(a) < 0).any():
-        i = int(np.argmax(np.diff(a) < 0)) + 1
-        raise ValueError(
-            f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
-        )
     if a.size == 0:
         return np.zeros(0)
     if c == 1:

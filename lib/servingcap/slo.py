@@ -299,19 +299,9 @@ def capped_fcfs(arrival_times, service_times, servers: int = 1,
         Waiting time before service (s; NaN for rejected requests) and a boolean
         admitted flag, one per request in the order given.
     """
-    a = _check.array("arrival_times", arrival_times)
-    s = _check.array("service_times", service_times, nonnegative_values=True)
+    a, s = _check.arrivals_and_services(arrival_times, service_times)
     c = _check.whole("servers", servers)
     cap = None if queue_cap is None else _check.whole("queue_cap", queue_cap, minimum=0)
-    if a.shape != s.shape:
-        raise ValueError(
-            f"arrival_times and service_times must have the same length, got {a.size} and {s.size}"
-        )
-    if a.size and (np.diff(a) < 0).any():
-        i = int(np.argmax(np.diff(a) < 0)) + 1
-        raise ValueError(
-            f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
-        )
     waits = np.full(a.size, np.nan)
     admitted = np.zeros(a.size, dtype=bool)
     free_at = [0.0] * c            # heap of server free times
