@@ -6,11 +6,24 @@ Modules, one idea each:
 - :mod:`servingcap.knee`        the utilization knee, defined and located
 - :mod:`servingcap.variability` service-time distributions, the variance penalty
 - :mod:`servingcap.sim`         vectorized FCFS queue simulation, Little's-law measurement
-- :mod:`servingcap.agents`      an agent system (tasks, calls, slots, tools, humans) simulated
-- :mod:`servingcap.traffic`     real request traces, burst and window arithmetic
+- :mod:`servingcap.agents`      agent systems (tasks, calls, slots, tools, humans; fan-out)
+- :mod:`servingcap.traffic`     real request traces, burst and window arithmetic, rescaling
 - :mod:`servingcap.llm`         prefill/decode phase arithmetic
-- :mod:`servingcap.serving`     iteration-level continuous-batching simulator
+- :mod:`servingcap.serving`     iteration-level continuous-batching fleet simulator
+- :mod:`servingcap.costmodel`   fitted step-time models (DistServe form) for the simulator
+- :mod:`servingcap.disagg`      prefill/decode disaggregation on top of the simulator
+- :mod:`servingcap.kvcache`     KV bytes per token, paging, prefix-cache hit rates
 - :mod:`servingcap.slo`         goodput and percentiles that keep failures
+- :mod:`servingcap.goodput`     batch-size feasibility, goodput curves and knees
+- :mod:`servingcap.sweep`       load sweeps and TTFT/TPOT decompositions
+- :mod:`servingcap.policies`    scheduling-policy workloads and slowdown measures
+- :mod:`servingcap.admission`   queue-depth caps and drain rates
+- :mod:`servingcap.autoscale`   a fleet whose servers arrive late
+- :mod:`servingcap.tails`       tail segmentation and honest percentiles
+- :mod:`servingcap.fleet`       fleet sizing: Little + square-root staffing + spares, routing
+- :mod:`servingcap.planning`    capacity search and the ``python -m servingcap plan`` command
+- :mod:`servingcap.control`     the capacity control loop (a lagging autoscaler)
+- :mod:`servingcap.baddays`     bad-day workload transforms
 - :mod:`servingcap.params`      the book's locked worked-example parameters
 - :mod:`servingcap.plots`       the book's figure style
 - :mod:`servingcap.widgets`     "Try your own numbers" explorers

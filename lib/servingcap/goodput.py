@@ -1,0 +1,330 @@
+"""Goodput: throughput that counts only work delivered inside the named constraints.
+
+``goodput(SLO)`` is the number of completed requests (or tokens) that satisfy *every*
+named latency constraint, per unit time. This module holds the reusable pieces of the
+book's goodput chapter:
+
+- the decode batch-size curve: tokens/s ``B / step(B)`` at each batch size, which batch
+  sizes keep the step (the TPOT) inside the objective, and the largest such batch
+  (:func:`tokens_per_s`, :func:`batch_curve`, :func:`best_feasible_batch`,
+  :func:`max_feasible_batch`);
+- the five metrics of one run side by side, from tokens/s to verified-outcome goodput
+  (:func:`metric_table`);
+- an offered-load sweep returning throughput, TTFT goodput and TTFT+TPOT goodput
+  (:func:`load_sweep`, built on :func:`servingcap.sweep.summarize`), its knee
+  (:func:`goodput_knee`) and the SLO-attainment capacity DistServe calls goodput
+  (:func:`slo_capacity`);
+- the integer split of a GPU budget between a prefill and a decode pool
+  (:func:`pool_split`).
+
+Units: seconds, tokens, requests/s, tokens/s; batch sizes in sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from . import _check
+from .llm import decode_step_time
+from .params import LOCKED
+from .slo import goodput, slo_attainment, throughput
+from .sweep import first_crossing, summarize
+
+__all__ = ["tokens_per_s", "batch_curve", "best_feasible_batch", "max_feasible_batch",
+           "metric_table", "load_sweep", "goodput_knee", "slo_capacity", "pool_split",
+           "attainment"]
+
+_UNBOUNDED_TPOT_S = 1e9     # a TPOT "limit" no request reaches: TTFT-only goodput
+
+
+def _measured(measured) -> dict:
+    if not hasattr(measured, "items") or len(measured) == 0:
+        raise ValueError(
+            f"measured must be a non-empty mapping {{batch: seconds}}, got {measured!r}")
+    return {_check.positive("measured batch", b): _check.positive("measured seconds", s)
+            for b, s in measured.items()}
+
+
+def tokens_per_s(batch, step_s):
+    """Decode throughput (tokens/s) of a batch of ``batch`` sequences: ``batch / step_s``.
+
+    Each decode step emits one token per sequence, so ``B = 32`` at 30 ms per step is
+    32 / 0.030 = 1,067 tokens/s. Scalars give a float, arrays an array.
+    """
+    b = np.asarray(batch, dtype=float)
+    s = np.asarray(step_s, dtype=float)
+    if np.ndim(batch) == 0:
+        _check.positive("batch", batch)
+    elif (b <= 0).any() or not np.isfinite(b).all():
+        raise ValueError(f"batch must be finite and > 0, got {batch!r}")
+    if np.ndim(step_s) == 0:
+        _check.positive("step_s", step_s)
+    elif (s <= 0).any() or not np.isfinite(s).all():
+        raise ValueError(f"step_s must be finite and > 0, got {step_s!r}")
+    out = b / s
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def batch_curve(measured, tpot_slo_s: float = LOCKED.tpot_slo_s, batches=None) -> pd.DataFrame:
+    """Throughput and TPOT goodput of a decode batch, per batch size.
+
+    Parameters
+    ----------
+    measured : mapping {batch: seconds}
+        Measured decode step times (s) at some batch sizes (sequences).
+    tpot_slo_s : float
+        The time-per-output-token objective (s), > 0. A batch whose step exceeds it
+        makes every token late, so its goodput is zero.
+    batches : iterable of float, optional
+        Batch sizes to evaluate (default: the measured ones). Others are interpolated
+        (and extrapolated) linearly by :func:`servingcap.llm.decode_step_time`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``batch`` (sequences), ``step_s`` (s), ``tokens_per_s`` (tokens/s),
+        ``feasible`` (step <= objective) and ``goodput_tokens_per_s`` (tokens/s: the
+        throughput if feasible, else 0).
+    """
+    table = _measured(measured)
+    slo = _check.positive("tpot_slo_s", tpot_slo_s)
+    b = np.array(sorted(table) if batches is None else list(batches), dtype=float)
+    if b.size == 0:
+        raise ValueError("batches must not be empty")
+    step = np.atleast_1d(decode_step_time(b, table))
+    rate = b / step
+    feasible = step <= slo * (1 + 1e-12)
+    return pd.DataFrame({"batch": b, "step_s": step, "tokens_per_s": rate, "feasible": feasible,
+                         "goodput_tokens_per_s": np.where(feasible, rate, 0.0)})
+
+
+def best_feasible_batch(measured, tpot_slo_s: float = LOCKED.tpot_slo_s) -> tuple[float, float]:
+    """The measured batch size with the most tokens/s whose step meets the objective.
+
+    Returns ``(batch, tokens_per_s)``. For ``{16: 0.020, 32: 0.030, 64: 0.055}`` and a
+    50 ms objective: ``(32, 1066.7)``; B = 64 emits more (1,164 tokens/s) but every
+    token is late. Raises ``ValueError`` when no measured batch is feasible.
+    """
+    curve = batch_curve(measured, tpot_slo_s)
+    ok = curve[curve["feasible"]]
+    if ok.empty:
+        raise ValueError(f"no measured batch meets tpot_slo_s={tpot_slo_s!r}: the smallest "
+                         f"step is {curve['step_s'].min()!r} s")
+    best = ok.loc[ok["tokens_per_s"].idxmax()]
+    return float(best["batch"]), float(best["tokens_per_s"])
+
+
+def max_feasible_batch(measured, tpot_slo_s: float = LOCKED.tpot_slo_s) -> float:
+    """The batch size (sequences, real-valued) whose step time equals the TPOT objective.
+
+    Solves ``step(B) = tpot_slo_s`` on the piecewise-linear curve of
+    :func:`servingcap.llm.decode_step_time` (linear between measured points, extrapolated
+    beyond them). ``floor`` of the result is the largest whole batch that meets the
+    objective. Example: between (32, 30 ms) and (64, 55 ms) the step grows 25/32 ms per
+    sequence, so 50 ms is reached at B = 32 + 20 / (25/32) = 57.6.
+
+    Returns ``math.inf`` if the step never reaches the objective (a flat or falling
+    curve); raises ``ValueError`` if even a vanishing batch misses it.
+    """
+    table = _measured(measured)
+    slo = _check.positive("tpot_slo_s", tpot_slo_s)
+    xs = np.array(sorted(table))
+    ys = np.array([table[x] for x in xs])
+    if xs.size == 1:
+        if ys[0] > slo:
+            raise ValueError(
+                f"the measured step {ys[0]!r} s exceeds tpot_slo_s={slo!r} at every batch")
+        return math.inf
+    tiny = decode_step_time(1e-9, table)
+    if tiny > slo:
+        raise ValueError(f"no batch meets tpot_slo_s={slo!r}: even a vanishing batch takes "
+                         f"{tiny!r} s per step")
+    # knots of the piecewise-linear curve, extended by the last segment's slope
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    knots_x = np.concatenate([[1e-9], xs])
+    knots_y = np.array([decode_step_time(x, table) for x in knots_x])
+    for j in range(1, knots_x.size):
+        if knots_y[j] > slo:
+            x0, y0, x1, y1 = knots_x[j - 1], knots_y[j - 1], knots_x[j], knots_y[j]
+            return float(x0 + (slo - y0) * (x1 - x0) / (y1 - y0))
+    if slope <= 0:
+        return math.inf
+    return float(xs[-1] + (slo - ys[-1]) / slope)
+
+
+def metric_table(requests: pd.DataFrame, duration_s: float, *,
+                 ttft_s: float = LOCKED.ttft_slo_s, tpot_s: float = LOCKED.tpot_slo_s,
+                 verified: str | None = "verified") -> pd.DataFrame:
+    """The book's five serving metrics of one window, side by side.
+
+    Parameters
+    ----------
+    requests : DataFrame
+        One row per arriving request (the output of :func:`servingcap.serving.simulate`,
+        or a hand-built table with ``outcome``, ``ttft_s``, ``tpot_s`` and
+        ``output_tokens``), optionally with a boolean ``verified`` column.
+    duration_s : float
+        The observation window (s), > 0.
+    ttft_s, tpot_s : float
+        The latency objectives (s).
+    verified : str or None
+        Name of the boolean acceptance column; None leaves the last row out.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by metric: ``tokens/s``, ``requests/s``, ``TTFT goodput``,
+        ``TTFT+TPOT goodput``, ``verified-outcome goodput``, with columns ``value``
+        (per second), ``unit``, ``per_minute`` and ``share`` (of completed requests;
+        of emitted tokens for the tokens/s row).
+    """
+    window = _check.positive("duration_s", duration_s)
+    done = (requests["outcome"] == "done").to_numpy() if "outcome" in requests else None
+    if done is None:
+        raise ValueError(f"requests is missing column 'outcome'; it has {list(requests.columns)}")
+    if "output_tokens" not in requests:
+        raise ValueError(
+            f"requests is missing column 'output_tokens'; it has {list(requests.columns)}")
+    tokens = float(requests.loc[done, "output_tokens"].sum()) / window
+    completed = throughput(requests, window)
+    rows = [("tokens/s", tokens, "tokens/s"), ("requests/s", completed, "requests/s"),
+            ("TTFT goodput", goodput(requests, window, ttft_s=ttft_s), "requests/s"),
+            ("TTFT+TPOT goodput", goodput(requests, window, ttft_s=ttft_s, tpot_s=tpot_s),
+             "requests/s")]
+    if verified is not None:
+        if verified not in requests:
+            raise ValueError(f"verified column {verified!r} not in requests; pass verified=None "
+                             "to leave verified-outcome goodput out")
+        rows.append(("verified-outcome goodput",
+                     goodput(requests, window, ttft_s=ttft_s, tpot_s=tpot_s, **{verified: True}),
+                     "requests/s"))
+    frame = pd.DataFrame(rows, columns=["metric", "value", "unit"]).set_index("metric")
+    frame["per_minute"] = 60.0 * frame["value"]
+    share = frame["value"] / completed if completed > 0 else np.nan
+    frame["share"] = share
+    frame.loc["tokens/s", "share"] = 1.0
+    return frame
+
+
+def load_sweep(rates: Iterable[float], run: Callable, *, ttft_slo_s: float = LOCKED.ttft_slo_s,
+               tpot_slo_s: float = LOCKED.tpot_slo_s,
+               warmup_fraction: float = 0.1) -> pd.DataFrame:
+    """Throughput, TTFT goodput and TTFT+TPOT goodput at each offered load.
+
+    Parameters
+    ----------
+    rates : iterable of float
+        Offered loads (requests/s), increasing.
+    run : callable
+        ``rate -> simulate(...)`` output for a request stream offered at that rate.
+    ttft_slo_s, tpot_slo_s : float
+        The objectives (s).
+    warmup_fraction : float
+        Passed to :func:`servingcap.sweep.summarize` (the window and warm-up rule are
+        that function's, so an overloaded run reports its service rate).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by ``offered_rps``: ``throughput_rps``, ``tokens_per_s``,
+        ``ttft_goodput_rps``, ``goodput_rps`` (both objectives), ``attainment``,
+        ``ttft_p99_s`` and ``tpot_p99_s``.
+    """
+    values = [_check.positive("rates", r) for r in rates]
+    if not values:
+        raise ValueError("rates must not be empty")
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"rates must be increasing, got {values!r}")
+    if not callable(run):
+        raise ValueError(f"run must be callable, got {run!r}")
+    rows = []
+    for rate in values:
+        result = run(rate)
+        both = summarize(result, warmup_fraction=warmup_fraction, ttft_slo_s=ttft_slo_s,
+                         tpot_slo_s=tpot_slo_s)
+        first = summarize(result, warmup_fraction=warmup_fraction, ttft_slo_s=ttft_slo_s,
+                          tpot_slo_s=_UNBOUNDED_TPOT_S)
+        frame = result[0] if isinstance(result, tuple) else result
+        kept = frame.sort_values("arrival_s", kind="stable").iloc[
+            int(math.floor(warmup_fraction * len(frame))):]
+        done = kept["outcome"] == "done"
+        per_token = float(kept.loc[done, "output_tokens"].sum()) / max(int(done.sum()), 1)
+        rows.append({"offered_rps": rate,
+                     "throughput_rps": both["throughput_rps"],
+                     "tokens_per_s": both["throughput_rps"] * per_token,
+                     "ttft_goodput_rps": first["goodput_rps"],
+                     "goodput_rps": both["goodput_rps"],
+                     "attainment": both["attainment"],
+                     "ttft_p99_s": both["ttft_p99_s"],
+                     "tpot_p99_s": both["tpot_p99_s"]})
+    return pd.DataFrame(rows).set_index("offered_rps")
+
+
+def goodput_knee(offered, goodput_rps) -> float:
+    """The offered load (requests/s) at which goodput peaks on a sweep grid.
+
+    Beyond it more offered work buys less delivered work: the knee of a goodput curve.
+    Ties go to the smallest load.
+    """
+    x = _check.array("offered", offered)
+    y = _check.array("goodput_rps", goodput_rps, nonnegative_values=True)
+    if x.size == 0 or x.shape != y.shape:
+        raise ValueError(f"offered and goodput_rps must be non-empty and equally long, "
+                         f"got {x.size} and {y.size}")
+    return float(x[int(np.argmax(y))])
+
+
+def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
+    """The largest rate whose SLO attainment stays at or above ``target``.
+
+    DistServe's per-GPU goodput is this rate divided by the GPUs used. Found as the
+    first point where the miss fraction ``1 - attainment`` exceeds ``1 - target``,
+    linearly interpolated between grid rates. Returns None when the grid never crosses
+    (the capacity lies above its last rate) and ``rates[0]`` when the first rate already
+    misses.
+    """
+    goal = _check.probability("target", target)
+    a = _check.array("attainment", attainment)
+    if ((a < 0) | (a > 1)).any():
+        raise ValueError(f"attainment must lie in [0, 1], got {attainment!r}")
+    return first_crossing(rates, 1.0 - a, 1.0 - goal)
+
+
+def pool_split(gpus: int, prefill_rps: float, decode_rps: float) -> tuple[int, float]:
+    """Best integer split of ``gpus`` between a prefill and a decode pool (fluid bound).
+
+    A prefill GPU completes ``prefill_rps`` requests/s (prefill rate / prompt tokens), a
+    decode GPU ``decode_rps`` (max batch / (decode tokens x step)). With ``n`` prefill
+    GPUs the pipeline carries ``min(n * prefill_rps, (gpus - n) * decode_rps)``.
+
+    Returns ``(n_prefill, requests/s)`` maximizing that (ties: fewer prefill GPUs).
+    ``gpus`` must be >= 2 (each pool needs one).
+    """
+    g = _check.whole("gpus", gpus, minimum=2)
+    p = _check.positive("prefill_rps", prefill_rps)
+    d = _check.positive("decode_rps", decode_rps)
+    best = max(range(1, g), key=lambda n: (min(n * p, (g - n) * d), -n))
+    return best, float(min(best * p, (g - best) * d))
+
+
+
+def attainment(requests: pd.DataFrame, warmup_fraction: float = 0.1, **limits) -> float:
+    """SLO attainment (fraction) of a run after dropping its warm-up.
+
+    The first ``warmup_fraction`` of requests by arrival are left out (the simulation
+    starts empty); of the rest, the fraction that is ``done`` and meets every named
+    limit (e.g. ``ttft_s=1.0, tpot_s=0.05, max_gap_s=1.0``) is returned. Failed
+    requests count as misses.
+    """
+    w = _check.nonnegative("warmup_fraction", warmup_fraction)
+    if w >= 1:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction!r}")
+    if not isinstance(requests, pd.DataFrame) or "arrival_s" not in requests:
+        raise ValueError("requests must be a DataFrame with an arrival_s column")
+    ordered = requests.sort_values("arrival_s", kind="stable")
+    kept = ordered.iloc[int(math.floor(w * len(ordered))):]
+    return slo_attainment(kept, **limits)

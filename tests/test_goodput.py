@@ -1,0 +1,127 @@
+"""Tests of servingcap.goodput: the seed's batch-size curve and the 1,000-vs-650 example."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from servingcap import goodput as gp
+from servingcap import slo
+from servingcap.serving import Replica, simulate
+from servingcap.sweep import poisson_requests
+
+SEED_CURVE = {16: 0.020, 32: 0.030, 64: 0.055}
+
+
+def test_seed_batch_numbers():
+    curve = gp.batch_curve(SEED_CURVE, 0.050).set_index("batch")
+    assert curve.loc[16, "tokens_per_s"] == pytest.approx(800.0)
+    assert curve.loc[32, "tokens_per_s"] == pytest.approx(1066.67, abs=0.01)
+    assert curve.loc[64, "tokens_per_s"] == pytest.approx(1163.64, abs=0.01)
+    assert round(curve.loc[32, "tokens_per_s"]) == 1067
+    assert round(curve.loc[64, "tokens_per_s"]) == 1164
+    assert curve["feasible"].tolist() == [True, True, False]
+    assert curve.loc[64, "goodput_tokens_per_s"] == 0.0
+    # raw throughput peaks at 64; the feasible optimum is 32
+    assert curve["tokens_per_s"].idxmax() == 64
+    assert gp.best_feasible_batch(SEED_CURVE, 0.050) == (32.0, pytest.approx(1066.67, abs=0.01))
+
+
+def test_max_feasible_batch_solves_step_equals_slo():
+    b = gp.max_feasible_batch(SEED_CURVE, 0.050)
+    assert b == pytest.approx(57.6)
+    from servingcap.llm import decode_step_time
+    assert decode_step_time(b, SEED_CURVE) == pytest.approx(0.050)
+    assert gp.max_feasible_batch(SEED_CURVE, 0.025) == pytest.approx(24.0)
+    assert gp.max_feasible_batch(SEED_CURVE, 0.100) == pytest.approx(64 + 0.045 / (0.025 / 32))
+    assert gp.max_feasible_batch({32: 0.03}, 0.05) == math.inf
+    with pytest.raises(ValueError, match="tpot_slo_s"):
+        gp.max_feasible_batch({32: 0.06}, 0.05)
+
+
+def test_tokens_per_s_and_bad_input():
+    assert gp.tokens_per_s(32, 0.030) == pytest.approx(1066.667, abs=1e-3)
+    np.testing.assert_allclose(gp.tokens_per_s([16, 64], [0.02, 0.055]), [800, 64 / 0.055])
+    with pytest.raises(ValueError, match=r"batch must be > 0, got -1"):
+        gp.tokens_per_s(-1, 0.03)
+    with pytest.raises(ValueError, match=r"step_s must be > 0, got 0"):
+        gp.tokens_per_s(32, 0)
+    with pytest.raises(ValueError, match=r"tpot_slo_s must be > 0, got -0.05"):
+        gp.batch_curve(SEED_CURVE, -0.05)
+    with pytest.raises(ValueError, match="measured"):
+        gp.batch_curve({}, 0.05)
+    with pytest.raises(ValueError, match=r"measured seconds must be > 0, got -0.02"):
+        gp.batch_curve({16: -0.02}, 0.05)
+    with pytest.raises(ValueError, match="no measured batch"):
+        gp.best_feasible_batch(SEED_CURVE, 0.010)
+
+
+def seed_frame():
+    """1,000 completions in one minute: 650 meet both, 150 late first token, 120 slow
+    stream, 80 both."""
+    ttft = np.r_[np.full(650, 0.5), np.full(150, 1.5), np.full(120, 0.5), np.full(80, 2.0)]
+    tpot = np.r_[np.full(650, 0.03), np.full(150, 0.03), np.full(120, 0.06), np.full(80, 0.07)]
+    return pd.DataFrame({"arrival_s": np.linspace(0, 59, 1000), "ttft_s": ttft, "tpot_s": tpot,
+                         "output_tokens": 300, "outcome": "done",
+                         "verified": np.arange(1000) % 10 != 0})
+
+
+def test_seed_example_1000_vs_650():
+    frame = seed_frame()
+    table = gp.metric_table(frame, 60.0, ttft_s=1.0, tpot_s=0.05)
+    assert table.loc["requests/s", "per_minute"] == pytest.approx(1000)
+    assert table.loc["TTFT+TPOT goodput", "per_minute"] == pytest.approx(650)
+    assert table.loc["TTFT+TPOT goodput", "value"] == pytest.approx(650 / 60)
+    assert table.loc["requests/s", "value"] == pytest.approx(1000 / 60)
+    assert table.loc["TTFT goodput", "per_minute"] == pytest.approx(770)
+    assert table.loc["tokens/s", "value"] == pytest.approx(300 * 1000 / 60)
+    assert table.loc["verified-outcome goodput", "per_minute"] == pytest.approx(585)
+    assert table.loc["TTFT+TPOT goodput", "share"] == pytest.approx(0.65)
+    # the metrics are nested
+    v = table["value"].iloc[1:].to_numpy()
+    assert (np.diff(v) <= 0).all()
+    with pytest.raises(ValueError, match="duration_s must be > 0, got 0"):
+        gp.metric_table(frame, 0)
+    with pytest.raises(ValueError, match="verified column 'ok'"):
+        gp.metric_table(frame, 60.0, verified="ok")
+    assert "verified-outcome goodput" not in gp.metric_table(frame, 60.0, verified=None).index
+
+
+def test_load_sweep_goodput_below_throughput_and_knee():
+    def run(rate):
+        return simulate(poisson_requests(rate, 300, 7), Replica(), seed=7)
+    table = gp.load_sweep([0.5, 1.2, 2.2], run)
+    assert (table["goodput_rps"] <= table["ttft_goodput_rps"] + 1e-12).all()
+    assert (table["ttft_goodput_rps"] <= table["throughput_rps"] + 1e-12).all()
+    assert table.loc[0.5, "goodput_rps"] >= 0.95 * table.loc[0.5, "throughput_rps"]
+    assert table.loc[2.2, "goodput_rps"] < 0.5 * table.loc[2.2, "throughput_rps"]
+    np.testing.assert_allclose(table["tokens_per_s"], 300 * table["throughput_rps"])
+    knee = gp.goodput_knee(table.index, table["goodput_rps"])
+    assert knee == 1.2
+    with pytest.raises(ValueError, match="rates must be increasing"):
+        gp.load_sweep([1.0, 0.5], run)
+    with pytest.raises(ValueError, match=r"rates must be > 0, got -1"):
+        gp.load_sweep([-1], run)
+
+
+def test_slo_capacity_and_pool_split():
+    rates = [1.0, 2.0, 3.0, 4.0]
+    assert gp.slo_capacity(rates, [1.0, 0.95, 0.85, 0.1]) == pytest.approx(2.5)
+    assert gp.slo_capacity(rates, [1.0, 1.0, 1.0, 0.95]) is None
+    with pytest.raises(ValueError, match="target must be strictly between 0 and 1, got 1.5"):
+        gp.slo_capacity(rates, [1, 1, 1, 1], target=1.5)
+    # 4,000-token prompts: a prefill GPU does 2 req/s, a decode GPU 32/(299*0.03) = 3.57 req/s
+    n, rate = gp.pool_split(4, 2.0, 32 / (299 * 0.03))
+    assert (n, rate) == (2, pytest.approx(4.0))
+    assert gp.pool_split(4, 16.0, 3.5)[0] == 1
+    with pytest.raises(ValueError, match="gpus must be a whole number >= 2, got 1"):
+        gp.pool_split(1, 2.0, 3.0)
+    assert slo.goodput(seed_frame(), 60.0, ttft_s=1.0, tpot_s=0.05) == pytest.approx(650 / 60)
+
+
+def test_attainment_drops_warmup():
+    frame = seed_frame()
+    assert gp.attainment(frame, 0.0, ttft_s=1.0, tpot_s=0.05) == pytest.approx(0.65)
+    assert gp.attainment(frame, 0.5, ttft_s=1.0, tpot_s=0.05) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="warmup_fraction must be in"):
+        gp.attainment(frame, 1.0, ttft_s=1.0)
