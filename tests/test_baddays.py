@@ -110,7 +110,7 @@ def test_transforms_feed_the_simulator(day):
     (lambda d: baddays.tenant_burst(baddays.assign_tenants(d, {"a": 1.0}), "a", 0.0, 1.0,
                                     factor=0.5), "factor"),
     (lambda d: baddays.label(d.drop(columns="prompt_tokens")), "prompt_tokens"),
-    (lambda d: baddays.label(d.iloc[0:0]), "at least one"),
+    (lambda d: baddays.label(d.iloc[0:0]), "at least 1 request, got 0"),
     (lambda d: baddays.label([1, 2]), "DataFrame"),
 ])
 def test_bad_input(day, call, match):

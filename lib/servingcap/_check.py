@@ -11,6 +11,7 @@ import math
 from numbers import Integral, Real
 
 import numpy as np
+import pandas as pd
 
 
 class UnstableQueueError(ValueError):
@@ -114,3 +115,21 @@ def arrivals_and_services(arrival_times, service_times) -> tuple[np.ndarray, np.
             f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
         )
     return a, s
+
+
+REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def requests(frame, minimum: int = 1) -> pd.DataFrame:
+    """A request table: a DataFrame with ``arrival_s, prompt_tokens, output_tokens``
+    (s, tokens, tokens), at least ``minimum`` rows and finite arrival times."""
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError(f"requests must be a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in REQUEST_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"requests is missing column(s) {missing}; has {list(frame.columns)}")
+    if len(frame) < minimum:
+        noun = "request" if minimum == 1 else "requests"
+        raise ValueError(f"requests must hold at least {minimum} {noun}, got {len(frame)}")
+    array("arrival_s", frame["arrival_s"])
+    return frame

@@ -42,16 +42,7 @@ __all__ = ["scale_prompts", "retry_storm", "assign_tenants", "tenant_burst", "la
 
 
 def _frame(requests) -> pd.DataFrame:
-    if not isinstance(requests, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    missing = [c for c in ("arrival_s", "prompt_tokens", "output_tokens")
-               if c not in requests.columns]
-    if missing:
-        raise ValueError(f"requests is missing column(s) {missing}; has {list(requests.columns)}")
-    if requests.empty:
-        raise ValueError("requests must hold at least one request, got an empty table")
-    _check.array("arrival_s", requests["arrival_s"])
-    return requests
+    return _check.requests(requests)
 
 
 def label(requests) -> pd.DataFrame:

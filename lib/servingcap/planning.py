@@ -74,15 +74,7 @@ def _limits(limits) -> dict:
 
 
 def _workload(requests) -> pd.DataFrame:
-    if not isinstance(requests, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    missing = [c for c in ("arrival_s", "prompt_tokens", "output_tokens")
-               if c not in requests.columns]
-    if missing:
-        raise ValueError(f"requests is missing column(s) {missing}; has {list(requests.columns)}")
-    if len(requests) < 2:
-        raise ValueError(f"requests must hold at least 2 requests (a rate needs a gap), "
-                         f"got {len(requests)}")
+    _check.requests(requests, minimum=2)  # a rate needs at least one gap
     mean_rate(requests)     # raises if every arrival is at the same instant
     return requests
 
