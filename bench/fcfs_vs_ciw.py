@@ -121,7 +121,11 @@ def split_timing(c, n, seed):
 
 def best_of(runner, c, n, repeats, seed):
     """Fastest of ``repeats`` runs (CPU and wall clock, customers/s); the statistics
-    come from the first run."""
+    come from the first timed run. One untimed warm-up run goes first, for both
+    simulators: numpy's first passes over fresh n-long arrays pay the operating
+    system's page faults (the process growing its heap), which measures the machine's
+    memory setup rather than the simulator and varies 2x from run to run."""
+    runner(c, n, seed - 1)
     cpu_rates, wall_rates, first = [], [], None
     for k in range(repeats):
         (cpu, wall), waits, service = runner(c, n, seed + k)

@@ -109,8 +109,8 @@ def arrivals_and_services(arrival_times, service_times) -> tuple[np.ndarray, np.
         raise ValueError(
             f"arrival_times and service_times must have the same length, got {a.size} and {s.size}"
         )
-    if a.size and (np.diff(a) < 0).any():
-        i = int(np.argmax(np.diff(a) < 0)) + 1
+    if a.size > 1 and np.less(a[1:], a[:-1]).any():
+        i = int(np.argmax(np.less(a[1:], a[:-1]))) + 1
         raise ValueError(
             f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
         )

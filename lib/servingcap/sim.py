@@ -55,8 +55,14 @@ def _one_server(a: np.ndarray, s: np.ndarray) -> np.ndarray:
     # so the start time D_n - s_n is a cumulative sum plus a running maximum.
     # The wait D_n - s_n - a_n is therefore (running max of x) - x with x_j = a_j - C_{j-1}:
     # exactly zero whenever the request finds the server idle (x_n is the running max).
-    x = a - (np.cumsum(s) - s)
-    return np.maximum.accumulate(x) - x
+    # In-place arithmetic: two n-long temporaries instead of five (memory traffic and
+    # page faults dominate at millions of requests).
+    x = np.cumsum(s)
+    x -= s
+    np.subtract(a, x, out=x)
+    waits = np.maximum.accumulate(x)
+    waits -= x
+    return waits
 
 
 def _many_servers(a: np.ndarray, s: np.ndarray, c: int) -> np.ndarray:
@@ -79,7 +85,8 @@ def poisson_arrivals(arrival_rate: float, n: int, rng) -> np.ndarray:
     lam = _check.positive("arrival_rate", arrival_rate)
     n = _check.whole("n", n, minimum=0)
     rng = np.random.default_rng(rng)
-    return np.cumsum(rng.exponential(1.0 / lam, n))
+    gaps = rng.exponential(1.0 / lam, n)
+    return np.cumsum(gaps, out=gaps)
 
 
 def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: int = 1):
