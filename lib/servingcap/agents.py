@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from . import _check
-from .sim import fcfs_waits, measure_little
+from .sim import fcfs_waits, measure_little, poisson_arrivals_until
 
 __all__ = ["AgentSystem", "AgentRun", "simulate", "BOUNDARIES",
            "FanOut", "FanOutRun", "simulate_fanout", "BranchAttempts", "branch_attempts",
@@ -274,13 +274,7 @@ def simulate(system: AgentSystem, horizon_s: float, seed) -> AgentRun:
     horizon = _check.positive("horizon_s", horizon_s)
     rng = np.random.default_rng(seed)
 
-    # Task arrivals: Poisson on [0, horizon).
-    n_guess = int(sysm.task_rate * horizon + 10 * math.sqrt(sysm.task_rate * horizon) + 10)
-    arrivals = np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
-    while arrivals[-1] < horizon:
-        more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
-        arrivals = np.concatenate([arrivals, more])
-    arrivals = arrivals[arrivals < horizon]
+    arrivals = poisson_arrivals_until(sysm.task_rate, horizon, rng)   # tasks on [0, horizon)
     n = arrivals.size
 
     calls = 1 + rng.poisson(sysm.calls_per_task - 1, n)
@@ -720,12 +714,7 @@ def simulate_fanout(system: FanOut, horizon_s: float, seed) -> FanOutRun:
     horizon = _check.positive("horizon_s", horizon_s)
     rng = np.random.default_rng(seed)
 
-    n_guess = int(sysm.task_rate * horizon + 10 * math.sqrt(sysm.task_rate * horizon) + 10)
-    arrivals = np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
-    while arrivals[-1] < horizon:
-        more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / sysm.task_rate, n_guess))
-        arrivals = np.concatenate([arrivals, more])
-    arrivals = arrivals[arrivals < horizon]
+    arrivals = poisson_arrivals_until(sysm.task_rate, horizon, rng)   # tasks on [0, horizon)
     n = arrivals.size
 
     names, probs, budget = _failure_classes(sysm.failure_probs, sysm.retries)

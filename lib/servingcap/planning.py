@@ -35,7 +35,7 @@ import pandas as pd
 from . import _check
 from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
-from .serving import POLICIES, ROUTERS, Replica, StepDetail, simulate
+from .serving import Replica, StepDetail, check_fleet, simulate
 from .slo import goodput, latency_quantile, slo_attainment
 from .traffic import mean_rate, rescale_to_rate
 
@@ -80,13 +80,7 @@ def _workload(requests) -> pd.DataFrame:
 
 
 def _options(replica, replicas, router, policy, seed) -> dict:
-    if not isinstance(replica, Replica):
-        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
-    n = _check.whole("replicas", replicas)
-    if router not in ROUTERS:
-        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    n = check_fleet(replica, replicas, router, policy)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise ValueError(f"seed must be an int or None, got {seed!r}")
     return {"replicas": n, "router": router, "policy": policy, "seed": seed}

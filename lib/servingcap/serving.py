@@ -33,7 +33,7 @@ import pandas as pd
 from . import _check
 from .params import LOCKED
 
-__all__ = ["Replica", "StepDetail", "simulate", "OUTCOMES", "POLICIES", "ROUTERS"]
+__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS"]
 
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
@@ -575,6 +575,18 @@ class _Engine:
 # --------------------------------------------------------------------------- the fleet
 
 
+def check_fleet(replica, replicas, router: str, policy: str) -> int:
+    """Validate a fleet description; returns the replica count (raises ValueError)."""
+    if not isinstance(replica, Replica):
+        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
+    n = _check.whole("replicas", replicas)
+    if router not in ROUTERS:
+        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    return n
+
+
 def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
              router: str = "least_loaded", policy: str = "fcfs", seed=None,
              until_s: float | None = None, step_log: bool = False):
@@ -613,13 +625,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         the event did not happen, e.g. the first token of a rejected request).
     """
     replica = Replica() if replica is None else replica
-    if not isinstance(replica, Replica):
-        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
-    n_rep = _check.whole("replicas", replicas)
-    if router not in ROUTERS:
-        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    n_rep = check_fleet(replica, replicas, router, policy)
     horizon = math.inf if until_s is None else _check.positive("until_s", until_s)
     req = _Requests(requests, replica, policy)
     if replica.kv_capacity_tokens is not None and req.n:

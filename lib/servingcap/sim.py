@@ -9,6 +9,7 @@ in the order given.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,21 @@ def poisson_arrivals(arrival_rate: float, n: int, rng) -> np.ndarray:
     rng = np.random.default_rng(rng)
     gaps = rng.exponential(1.0 / lam, n)
     return np.cumsum(gaps, out=gaps)
+
+
+def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.ndarray:
+    """Arrival instants (s) of a Poisson process with ``arrival_rate`` (requests/s) on
+    ``[0, horizon_s)``. Draws gaps in blocks sized to the expected count (plus ten
+    standard deviations), so one block almost always suffices."""
+    lam = _check.positive("arrival_rate", arrival_rate)
+    horizon = _check.positive("horizon_s", horizon_s)
+    rng = np.random.default_rng(rng)
+    block = int(lam * horizon + 10 * math.sqrt(lam * horizon) + 10)
+    arrivals = np.cumsum(rng.exponential(1.0 / lam, block))
+    while arrivals[-1] < horizon:
+        more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / lam, block))
+        arrivals = np.concatenate([arrivals, more])
+    return arrivals[arrivals < horizon]
 
 
 def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: int = 1):
