@@ -100,19 +100,21 @@ def array(name: str, values, *, nonnegative_values: bool = False) -> np.ndarray:
     return out
 
 
-def arrivals_and_services(arrival_times, service_times) -> tuple[np.ndarray, np.ndarray]:
+def arrivals_and_services(arrival_times, service_times, names=("arrival_times", "service_times")
+                          ) -> tuple[np.ndarray, np.ndarray]:
     """Validated queue inputs: same-length 1-D arrays, arrivals non-decreasing (s),
-    services >= 0 (s)."""
-    a = array("arrival_times", arrival_times)
-    s = array("service_times", service_times, nonnegative_values=True)
+    services >= 0 (s). ``names`` are the caller's parameter names, used in messages."""
+    arrivals, services = names
+    a = array(arrivals, arrival_times)
+    s = array(services, service_times, nonnegative_values=True)
     if a.shape != s.shape:
         raise ValueError(
-            f"arrival_times and service_times must have the same length, got {a.size} and {s.size}"
+            f"{arrivals} and {services} must have the same length, got {a.size} and {s.size}"
         )
     if a.size > 1 and np.less(a[1:], a[:-1]).any():
         i = int(np.argmax(np.less(a[1:], a[:-1]))) + 1
         raise ValueError(
-            f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
+            f"{arrivals} must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
         )
     return a, s
 

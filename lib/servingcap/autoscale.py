@@ -76,20 +76,10 @@ def fcfs_time_varying(arrival_s, service_s, server_ready_s, queue_cap: int | Non
         Wait before service (s; NaN for rejected requests) and the admitted flag,
         one per request. Rejected requests use no server.
     """
-    a = _check.array("arrival_s", arrival_s)
-    s = _check.array("service_s", service_s, nonnegative_values=True)
+    a, s = _check.arrivals_and_services(arrival_s, service_s, names=("arrival_s", "service_s"))
     ready = _check.array("server_ready_s", server_ready_s, nonnegative_values=True)
-    if a.shape != s.shape:
-        raise ValueError(
-            f"arrival_s and service_s must have the same length, got {a.size} and {s.size}"
-        )
     if ready.size == 0:
         raise ValueError("server_ready_s must list at least one server, got an empty array")
-    if a.size and (np.diff(a) < 0).any():
-        i = int(np.argmax(np.diff(a) < 0)) + 1
-        raise ValueError(
-            f"arrival_s must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
-        )
     cap = None if queue_cap is None else _check.whole("queue_cap", queue_cap, minimum=0)
     limit = math.inf if max_wait_s is None else _check.nonnegative("max_wait_s", max_wait_s)
     free = sorted(ready.tolist())                 # a sorted list is a valid heap
