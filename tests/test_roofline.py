@@ -134,3 +134,18 @@ def test_bad_parameters_are_named(kwargs, match):
 def test_unknown_model_name_is_named():
     with pytest.raises(ValueError, match="'Llama-9'"):
         roofline.model_config("Llama-9")
+
+
+def test_lm_head_can_be_left_out_for_per_layer_profiles():
+    model = Roofline("Llama-2-7b-hf", "A100-80GB")
+    detail = step(prefill=[1000])
+    with_head, without = model.work(detail), model.work(detail, lm_head=False)
+    assert with_head["flops"] - without["flops"] == 2 * LLAMA2_7B["head"]
+    assert with_head["hbm_bytes"] - without["hbm_bytes"] == 2 * LLAMA2_7B["head"]
+
+
+def test_measured_steps_table_names_its_sources():
+    table = roofline.measured_steps()
+    assert set(table.source) == {"vidur", "distserve_distserve", "distserve_vllm"}
+    assert (table.measured_ms > 0).all()
+    assert set(table.model) <= set(roofline.model_names())

@@ -52,7 +52,7 @@ from .serving import StepDetail
 from .traffic import data_dir
 
 __all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "model_config",
-           "model_names", "fit_efficiency", "step"]
+           "model_names", "fit_efficiency", "step", "measured_steps"]
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "int8": 1}
@@ -85,6 +85,12 @@ class GPU:
     interconnect: str
     link_bytes_per_s: float
     source: str
+
+
+def measured_steps() -> pd.DataFrame:
+    """Measured step times to compare with the roofline (``data/gpus_measured.csv``):
+    Vidur's linear-operation profiles and DistServe's fitted OPT-13B profile, in ms."""
+    return pd.read_csv(data_dir() / "gpus_measured.csv")
 
 
 def gpu_table() -> pd.DataFrame:
@@ -249,8 +255,9 @@ class Roofline:
     def _bytes(self) -> int:
         return 1 if self.fp8 else self.model.dtype_bytes
 
-    def work(self, detail: StepDetail) -> dict:
-        """FLOPs, HBM bytes (whole replica) and all-reduce bytes per GPU of one step."""
+    def work(self, detail: StepDetail, lm_head: bool = True) -> dict:
+        """FLOPs, HBM bytes (whole replica) and all-reduce bytes per GPU of one step
+        (``lm_head=False`` leaves the LM head out, as per-layer profiles do)."""
         m = self.model
         n = np.asarray(detail.prefill_chunks, dtype=float)
         k = np.asarray(detail.prefill_cached, dtype=float)
@@ -259,18 +266,19 @@ class Roofline:
         sequences = n.size + ctx.size
         pairs = float((n * (k + (n + 1) / 2)).sum() + ctx.sum())
         context_tokens = float((k + n).sum() + ctx.sum())
-        flops = (2 * tokens * m.layers * m.params_per_layer + 2 * sequences * m.lm_head_params
+        head = m.lm_head_params if lm_head else 0
+        flops = (2 * tokens * m.layers * m.params_per_layer + 2 * sequences * head
                  + 4 * m.layers * m.heads * m.head_dim * pairs)
-        weight_bytes = (m.layers * m.params_per_layer + m.lm_head_params) * self._bytes()
+        weight_bytes = (m.layers * m.params_per_layer + head) * self._bytes()
         hbm = weight_bytes + context_tokens * m.kv_bytes_per_token(self._bytes())
         ring = 2 * (self.tp - 1) / self.tp
         allreduce = 2 * m.layers * ring * tokens * m.hidden * m.dtype_bytes
         return {"tokens": float(tokens), "flops": float(flops), "hbm_bytes": float(hbm),
                 "allreduce_bytes": float(allreduce)}
 
-    def breakdown(self, detail: StepDetail) -> dict:
+    def breakdown(self, detail: StepDetail, lm_head: bool = True) -> dict:
         """The step's compute, memory and communication times (s) and which bound wins."""
-        w = self.work(detail)
+        w = self.work(detail, lm_head)
         compute = w["flops"] / (self.tp * self.flops_efficiency * self.peak_flops)
         memory = w["hbm_bytes"] / (self.tp * self.bandwidth_efficiency * self.gpu.hbm_bytes_per_s)
         comm = w["allreduce_bytes"] / (self.gpu.link_bytes_per_s / 2)
@@ -346,13 +354,9 @@ def fit_efficiency(model, gpu_name, tokens, seconds, tp: int = 1,
     if not (np.isfinite(s).all() and (s > 0).all()):
         raise ValueError(f"seconds must be finite and > 0, got {s.tolist()!r}")
     base = Roofline(model, gpu_name, tp=tp)
-    parts = [base.breakdown(step(prefill=[x])) for x in t]
+    parts = [base.breakdown(step(prefill=[x]), lm_head=lm_head) for x in t]
     compute = np.array([p["compute_s"] for p in parts])
     memory = np.array([p["memory_s"] for p in parts])
-    if not lm_head:
-        m = base.model
-        compute -= 2 * m.lm_head_params / (tp * base.peak_flops)
-        memory -= m.lm_head_params * m.dtype_bytes / (tp * base.gpu.hbm_bytes_per_s)
 
     def loss(log_eff):
         e_f, e_b = np.exp(np.minimum(log_eff, 0.0))
