@@ -8,18 +8,30 @@ times, ``time.perf_counter`` seconds), plus the load settings ``request_rate`` (
 or ``"inf"``) and ``max_concurrency`` (None or an int). Older ``benchmarks/
 benchmark_serving.py`` writes the same per-request lists without ``start_times``.
 
-:func:`calibrate` replays those requests through :func:`servingcap.serving.simulate` and
-fits a DistServe-form :class:`~servingcap.costmodel.PhaseCost` (prefill ``a + b L + c L^2``,
-decode ``a + b * context + c * batch``) whose simulated TTFT and TPOT match the measured
-ones, by non-linear least squares on log ratios, starting from a direct regression.
+:func:`calibrate` fits a DistServe-form :class:`~servingcap.costmodel.PhaseCost`
+(prefill ``a + b L + c L^2``, decode ``a + b * sum(context) + c * batch``) in two steps:
+
+1. *Rebuild the steps* (:func:`fit_timeline`): every streamed token leaves the engine at
+   the end of a step, so the union of all requests' token times marks the step ends, and
+   who emitted a token at each end says what the step held (a first token: that prompt's
+   prefill; a later one: a decode at known context). The step durations are fitted by
+   the non-negative, relative-error least squares :func:`servingcap.costmodel.fit` uses.
+   This is exact for whole-prompt scheduling (prefill-first or combined steps); with
+   chunked prefill the earlier chunks of a prompt are invisible in token times and their
+   cost is absorbed by the steps they shared.
+2. *Replay* the benchmark's requests through :func:`servingcap.serving.simulate` with the
+   fitted cost and the engine's scheduler knobs, and report each request's TTFT and TPOT
+   error against the measured ones: the check that cost *and* knobs are right.
 
 Arrival times replayed: the recorded ``start_times`` when present (exact). Without them:
 requests sent at ``i / request_rate`` (the benchmark drew Poisson gaps from a seed the
 file does not hold, so this is an approximation), all at 0 for ``request_rate = inf``; and
 under ``max_concurrency = C`` each request waits for one of ``C`` client slots, freed when
 an earlier request finishes at its *measured* latency (how the benchmark's semaphore
-behaves). The fit is only as right as the replica's scheduler knobs (``max_batch``,
-``chunk_tokens``, KV capacity, scheduling mode): set them to the engine's.
+behaves). The replay is only as right as the replica's scheduler knobs (``max_batch``,
+``chunk_tokens``, KV capacity, scheduling mode): set them to the engine's. Client-side
+time (HTTP, tokenization) is part of what the benchmark measured, so it ends up in the
+fitted constants, as it does in the TTFT your users see.
 """
 
 from __future__ import annotations
@@ -39,8 +51,8 @@ from . import _check
 from .costmodel import PhaseCost, _nonnegative_fit
 from .serving import Replica, simulate
 
-__all__ = ["load_vllm_result", "calibrate", "Calibration", "simulated_vllm_result", "main",
-           "REQUIRED_FIELDS"]
+__all__ = ["load_vllm_result", "fit_timeline", "calibrate", "Calibration",
+           "simulated_vllm_result", "main", "REQUIRED_FIELDS"]
 
 REQUIRED_FIELDS = ("input_lens", "output_lens", "ttfts", "itls")
 """Per-request lists a ``vllm bench serve`` result must hold to calibrate from."""
