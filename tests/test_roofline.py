@@ -149,3 +149,31 @@ def test_measured_steps_table_names_its_sources():
     assert set(table.source) == {"vidur", "distserve_distserve", "distserve_vllm"}
     assert (table.measured_ms > 0).all()
     assert set(table.model) <= set(roofline.model_names())
+
+
+@pytest.mark.parametrize("kwargs, match", [({"prefill": [100], "cached": [0, 1]}, "cached"),
+                                            ({"decode": [-1]}, "decode"),
+                                            ({"prefill": [np.nan]}, "prefill")])
+def test_bad_step_composition_is_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        step(**kwargs)
+
+
+def test_bad_step_sizes_are_named():
+    model = Roofline("Llama-2-7b-hf", "A100-80GB")
+    with pytest.raises(ValueError, match="batch"):
+        model.decode_s(0, 1000)
+    with pytest.raises(ValueError, match="context_tokens"):
+        model.decode_s(8, -5)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        model.prefill_s(0)
+
+
+def test_chunked_prefill_attention_counts_cached_context():
+    # A 500-token chunk after 1,500 cached tokens attends to 500 * (1500 + 501 / 2) pairs,
+    # and its KV traffic covers all 2,000 context tokens.
+    model = Roofline("Llama-2-7b-hf", "A100-80GB")
+    w0 = model.work(step(prefill=[500]))
+    w1 = model.work(step(prefill=[500], cached=[1500]))
+    assert w1["flops"] - w0["flops"] == pytest.approx(LLAMA2_7B["layers"] * LLAMA2_7B["attn"] * 500 * 1500)
+    assert w1["hbm_bytes"] - w0["hbm_bytes"] == pytest.approx(1500 * LLAMA2_7B["kv_per_token"])
