@@ -353,7 +353,7 @@ def main(argv=None) -> int:
         tolerance = None if args.tolerance_ms is None else args.tolerance_ms / 1e3
         result = calibrate(args.result, tolerance_s=tolerance, **options)
     except (ValueError, TypeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     print(result.report())
     return 0
