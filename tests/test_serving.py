@@ -122,6 +122,14 @@ def test_chunked_prefill_keeps_gaps_within_budget_and_costs_ttft():
     assert 1.25 - 1e-9 <= ttft < 1.25 + 0.030
 
 
+MODE_OPTIONS = {
+    "combined": {"chunk_tokens": 512},
+    "prefill_first": {"mode": "prefill_first", "max_batched_tokens": 4096},
+    "mixed": {"mode": "mixed", "max_batched_tokens": 512},
+}
+
+
+@pytest.mark.parametrize("mode", list(MODE_OPTIONS))
 @pytest.mark.parametrize("router, options", [
     ("least_loaded", {}),
     ("random", {}),
@@ -129,17 +137,18 @@ def test_chunked_prefill_keeps_gaps_within_budget_and_costs_ttft():
     ("least_loaded", {"preemptive": True, "max_batch": 8}),
     ("round_robin", {"kv_capacity_tokens": 40_000, "max_queue": 6}),
 ])
-def test_multi_step_jump_matches_step_by_step(router, options):
+def test_multi_step_jump_matches_step_by_step(router, options, mode):
     # A user cost model disables the identical-step shortcut; with the same arithmetic as
-    # the default, every per-request time must agree.
+    # the default, every per-request time must agree, in every scheduling mode.
     def same_cost(prefill_tokens, decode_batch, context_tokens):
         return (0.030 if decode_batch else 0.0) + prefill_tokens / 8000
 
     reqs = poisson_requests(rate=4.0, n=400, seed=4)
     policy = "srpt" if options.get("preemptive") else "fcfs"
-    fast, log_fast = simulate(reqs, Replica(chunk_tokens=512, **options), replicas=2,
+    options = {**options, **MODE_OPTIONS[mode]}
+    fast, log_fast = simulate(reqs, Replica(**options), replicas=2,
                               router=router, policy=policy, seed=3, step_log=True)
-    slow, log_slow = simulate(reqs, Replica(chunk_tokens=512, step_time=same_cost, **options),
+    slow, log_slow = simulate(reqs, Replica(step_time=same_cost, **options),
                               replicas=2, router=router, policy=policy, seed=3, step_log=True)
     assert (fast.outcome == slow.outcome).all() and (fast.replica == slow.replica).all()
     cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
@@ -372,3 +381,82 @@ def test_simultaneous_arrivals_share_their_first_step(replicas, router):
     per_replica = out.groupby("replica").size()
     expected_ttft = out.replica.map(per_replica) * 800 / 8000
     assert np.allclose(out.ttft_s, expected_ttft)
+
+
+# --------------------------------------------------------------------------- modes
+
+
+def test_prefill_first_toy_schedule_by_hand():
+    # 1,000 prompt tokens/s, 10 ms decode steps, at most 300 prompt tokens per step.
+    # t=0     A (100 tokens) alone: prefill-only step of 0.1 s -> A's first token at 0.1.
+    # t=0.1   B (200) and C (150) wait; B fits the cap, C would make 350 > 300, so the
+    #         step prefills B only (0.2 s); A's decode waits -> B's first token at 0.3.
+    # t=0.3   C prefills alone (0.15 s) -> 0.45; A still waits.
+    # t=0.45  no prefill left: one decode step of A, B, C (10 ms) -> B, C finish at 0.46;
+    #         A's second token comes 0.36 s after its first.
+    # t=0.46  A's last decode step -> 0.47. D (400 tokens > cap) is rejected on arrival.
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.05, 0.05, 0.2],
+                         "prompt_tokens": [100, 200, 150, 400],
+                         "output_tokens": [3, 2, 2, 5]})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, max_batch=10,
+                      mode="prefill_first", max_batched_tokens=300)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert out.outcome.tolist() == ["done", "done", "done", "rejected"]
+    assert out.admitted_s[:3].tolist() == pytest.approx([0.0, 0.1, 0.3])
+    assert out.first_token_s[:3].tolist() == pytest.approx([0.1, 0.3, 0.45])
+    assert out.finish_s[:3].tolist() == pytest.approx([0.47, 0.46, 0.46])
+    assert out.max_gap_s[0] == pytest.approx(0.36)
+    assert log.prefill_tokens.tolist() == [100, 200, 150, 0, 0]
+    assert log.decode_batch.tolist() == [0, 0, 0, 3, 1]
+
+
+def test_mixed_toy_schedule_by_hand():
+    # Budget 100 tokens per step; decodes take one token each first, prompt chunks the rest.
+    # t=0      A (150) admitted, takes 100; B (30) is not admitted: no budget left.
+    # t=0.1    A's last 50 and B's 30 (80 tokens, 0.08 s) -> both first tokens at 0.18.
+    # t=0.18   decodes A, B (2 tokens) + 98 of C (arrived 0.15, 200 tokens): 0.01 + 0.098
+    #          -> 0.288; B finishes.
+    # t=0.288  decode A + 99 of C: 0.109 s -> 0.397; A finishes.
+    # t=0.397  C's last 3 tokens: 0.003 s -> C's first token at 0.400; one decode -> 0.410.
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.0, 0.15], "prompt_tokens": [150, 30, 200],
+                         "output_tokens": [3, 2, 2]})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, max_batch=10,
+                      mode="mixed", max_batched_tokens=100)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert out.admitted_s.tolist() == pytest.approx([0.0, 0.1, 0.18])
+    assert out.first_token_s.tolist() == pytest.approx([0.18, 0.18, 0.400])
+    assert out.finish_s.tolist() == pytest.approx([0.397, 0.288, 0.410])
+    assert log.prefill_tokens.tolist() == [100, 80, 98, 99, 3, 0]
+    assert log.decode_batch.tolist() == [0, 0, 2, 1, 0, 1]
+    assert (log.prefill_tokens + log.decode_batch <= 100).all()
+
+
+def test_mixed_budget_smaller_than_the_batch_decodes_in_turn():
+    # 4 decoding sequences and a budget of 2 tokens: each step decodes the two oldest.
+    reqs = pd.DataFrame({"arrival_s": 0.0, "prompt_tokens": [1] * 4, "output_tokens": [3] * 4})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, mode="mixed",
+                      max_batched_tokens=2)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert (out.outcome == "done").all()
+    assert (log.prefill_tokens + log.decode_batch <= 2).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "fifo"}, "mode"),
+    ({"mode": "mixed"}, "max_batched_tokens"),
+    ({"mode": "mixed", "max_batched_tokens": 0}, "max_batched_tokens"),
+    ({"mode": "prefill_first", "chunk_tokens": 512}, "chunk_tokens"),
+    ({"max_batched_tokens": 2048}, "max_batched_tokens"),
+])
+def test_bad_mode_options_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Replica(**kwargs)
+
+
+def test_modes_agree_without_contention():
+    # One request alone: no other work to wait for, so every mode gives the same times.
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [300]})
+    times = [simulate(reqs, Replica(**opts))[["first_token_s", "finish_s"]].to_numpy()
+             for opts in ({}, {"mode": "prefill_first"},
+                          {"mode": "mixed", "max_batched_tokens": 4096})]
+    assert np.allclose(times[0], times[1]) and np.allclose(times[0], times[2])

@@ -1,12 +1,24 @@
 """An iteration-level simulator of a continuous-batching LLM replica fleet.
 
 The model is the one Orca, vLLM and Sarathi-Serve share. Time advances in *steps*
-(forward passes). A step runs one token for every admitted sequence that is decoding,
-plus up to ``chunk_tokens`` of prompt prefill (all pending prefill when
-``chunk_tokens`` is None); its duration comes from a cost model. Arrivals that land
-during a step wait for the next step boundary. A sequence emits its first token at the
-end of the step that finishes its prefill, then one token per step until it has emitted
-``output_tokens``.
+(forward passes); a step's duration comes from a cost model. Arrivals that land during
+a step wait for the next step boundary. A sequence emits its first token at the end of
+the step that finishes its prefill, then one token per step until it has emitted
+``output_tokens``. What goes into a step is the replica's *scheduling mode*
+(``Replica.mode``), each named after the real scheduler it imitates:
+
+* ``"combined"`` (the default): every decoding sequence plus up to ``chunk_tokens`` of
+  prompt prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with
+  no token cap. This is Orca-style iteration-level batching and the additive hybrid
+  batch of the book's worked examples.
+* ``"prefill_first"``: a step with prompts to prefill runs only prefill (whole prompts,
+  oldest first, up to ``max_batched_tokens`` prompt tokens); the decodes wait for the
+  next step without prefill. vLLM V0's default scheduler (no chunked prefill) and
+  DistServe's colocated baseline (``simdistserve``'s ``VLLMCluster``).
+* ``"mixed"``: token-budget steps. Every decoding sequence takes one token of a
+  ``max_batched_tokens`` budget first, then prompt chunks fill what is left, oldest
+  first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching and
+  SGLang's ``--chunked-prefill-size``.
 
 Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt``,
 ``edf``, ``priority``), admission by batch slots and KV-cache capacity (reserving the
@@ -33,8 +45,10 @@ import pandas as pd
 from . import _check
 from .params import LOCKED
 
-__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS"]
+__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
+           "MODES"]
 
+MODES = ("combined", "prefill_first", "mixed")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
 ROUTERS = ("least_loaded", "random", "round_robin", "pooled")
@@ -86,9 +100,13 @@ class Replica:
         Decode step time (s): a constant, a ``{batch: seconds}`` table interpolated
         linearly (clamped at its ends), or a function ``batch -> seconds``.
     max_batch : int
-        Most sequences admitted at once (prefilling or decoding).
+        Most sequences admitted at once (prefilling or decoding); vLLM's
+        ``--max-num-seqs``, SGLang's ``--max-running-requests``. **Defaults to the
+        book's locked 32 even when you pass your own** ``step_time`` **or**
+        ``decode_step_s``: set it to your engine's value when you calibrate.
     chunk_tokens : int or None
-        Prefill tokens per step (chunked prefill); None runs each prompt whole.
+        ``mode="combined"`` only: prefill tokens per step (chunked prefill); None runs
+        each prompt whole.
     step_time : callable, optional
         Replaces the default cost model. Either
         ``step_time(prefill_tokens, decode_batch, decode_context_tokens) -> seconds``
@@ -128,6 +146,36 @@ class Replica:
         a running sequence (e.g. fewer remaining tokens under ``srpt``, a higher
         class under ``priority``), preempt the running one (recompute). Off: a started
         request keeps its slot.
+    mode : {"combined", "prefill_first", "mixed"}
+        What one step holds (see the module docstring for the engine each imitates).
+
+        * ``"combined"`` (default): all decodes plus up to ``chunk_tokens`` of prefill
+          (everything pending when None), no token cap. It stays the default because
+          every chapter's worked numbers are derived for this additive hybrid step (a
+          step costs decode + prefill) and the book's closed forms (the 530 ms stall,
+          ``C_max``) are stated for it; it is Orca's iteration-level batching with
+          whole or fixed-size chunks. Real engines cap a step's tokens: use one of the
+          other two modes to match one.
+        * ``"prefill_first"``: if any admitted sequence has prefill left, the step
+          runs only prefill: whole prompts, oldest admission first, as long as their
+          total stays within ``max_batched_tokens`` (the first always runs, so that a
+          recomputed preempted sequence longer than the cap still progresses);
+          decoding sequences wait. Admission stops at the first prompt that does not
+          fit the cap; a prompt longer than ``max_batched_tokens`` is rejected on
+          arrival (vLLM V0 ignores it the same way). vLLM V0 (no chunked prefill) and
+          DistServe's colocated baseline, whose ``simdistserve`` worker batches whole
+          prompts FIFO up to ``max_num_tokens`` (66,144 for OPT-13B on one A100) and
+          has no batch-size cap.
+        * ``"mixed"``: a token budget of ``max_batched_tokens`` per step; each
+          decoding sequence takes one token of it first (oldest admission first),
+          then prefill chunks fill the rest, oldest admission first; waiting requests
+          are admitted only while budget is left. vLLM V1 (``--max-num-batched-tokens``
+          with chunked prefill, its default), Sarathi-Serve, SGLang
+          (``--chunked-prefill-size``).
+    max_batched_tokens : int or None
+        Tokens per step for ``mode="prefill_first"`` (prompt tokens; None: no cap) and
+        ``mode="mixed"`` (decode plus prefill tokens; required). vLLM's
+        ``--max-num-batched-tokens``; DistServe's ``max_num_tokens``.
     """
 
     prefill_rate: float = LOCKED.prefill_rate
@@ -147,6 +195,8 @@ class Replica:
     timeout_s: float | None = None
     shed_past_deadline: bool = False
     preemptive: bool = False
+    mode: str = "combined"
+    max_batched_tokens: int | None = None
     _decode: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -173,7 +223,34 @@ class Replica:
             _check.positive("timeout_s", self.timeout_s)
         if self.step_time is not None and not callable(self.step_time):
             raise ValueError(f"step_time must be callable, got {self.step_time!r}")
+        self._check_mode()
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+
+    def _check_mode(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.max_batched_tokens is not None:
+            _check.whole("max_batched_tokens", self.max_batched_tokens)
+        if self.mode == "combined":
+            if self.max_batched_tokens is not None:
+                raise ValueError(
+                    f"max_batched_tokens={self.max_batched_tokens!r} is the step cap of "
+                    "mode='prefill_first' or 'mixed'; mode='combined' caps prefill per "
+                    "step with chunk_tokens")
+            return
+        if self.chunk_tokens is not None:
+            raise ValueError(
+                f"chunk_tokens={self.chunk_tokens!r} applies to mode='combined' only; "
+                f"mode={self.mode!r} sizes its steps with max_batched_tokens")
+        if self.mode == "mixed" and self.max_batched_tokens is None:
+            raise ValueError("mode='mixed' needs max_batched_tokens (the per-step token "
+                             "budget, e.g. vLLM V1's --max-num-batched-tokens), got None")
+
+    def token_cap(self) -> float:
+        """Tokens one step may hold in this mode (inf: no cap)."""
+        if self.mode == "combined" or self.max_batched_tokens is None:
+            return math.inf
+        return self.max_batched_tokens
 
     def queue_cap(self, priority: float) -> float:
         """Waiting requests at which an arrival of this priority is rejected."""
@@ -380,9 +457,33 @@ class _Engine:
         r.prefill_left[victim] = 0
         self.queue.push(r.key(victim, self.policy), victim)
 
+    def _token_room(self) -> float:
+        """Tokens of this step's cap not yet claimed by admitted work (inf: no cap).
+
+        ``prefill_first`` counts the prefill left of admitted sequences; ``mixed`` also
+        one token per decoding sequence."""
+        cap = self.spec.token_cap()
+        if cap == math.inf:
+            return cap
+        left = self.req.prefill_left
+        used = sum(int(left[i]) for i in self.prefilling)
+        if self.spec.mode == "mixed":
+            used += sum(1 for i in self.running if left[i] == 0)
+        return cap - used
+
+    def _fits_step(self, i: int, room: float) -> bool:
+        """Whether admitting ``i`` now keeps this step within the mode's token cap."""
+        if room == math.inf:
+            return True
+        if self.spec.mode == "mixed":
+            return room > 0                      # any leftover budget takes a chunk
+        need = self.req.prompt[i] + self.req.generated[i] - self._prefix_hit(i, touch=False)
+        return need <= room or not self.prefilling    # the first prompt always runs
+
     def _fill_free_slots(self, now: float) -> None:
         r, spec = self.req, self.spec
         heap = self.queue.heap
+        room = self._token_room()
         while heap and len(self.running) < spec.max_batch:
             _, i = heap[0]
             expiry = min(r.deadline[i] if spec.shed_past_deadline else math.inf,
@@ -400,8 +501,12 @@ class _Engine:
                     f"kv_capacity_tokens={spec.kv_capacity_tokens} holds only {int(self._kv_limit)}")
             if self._kv_blocks_in_use() + need > self._kv_limit:
                 break                                     # head of line waits for memory
+            if not self._fits_step(i, room):
+                break                                     # the step's token cap is full
             heapq.heappop(heap)
             self._start(i, now)
+            if room != math.inf:
+                room -= r.prefill_left[i]
 
     def _start(self, i: int, now: float) -> None:
         r = self.req
@@ -415,14 +520,16 @@ class _Engine:
         self.running.append(i)
         self.prefilling.append(i)
 
-    def _prefix_hit(self, i: int) -> int:
-        if not self.spec.prefix_cache_blocks:
+    def _prefix_hit(self, i: int, touch: bool = True) -> int:
+        """Prompt tokens of ``i`` already in the prefix cache (``touch``: mark them used)."""
+        if not self.spec.prefix_cache_blocks or self.req.generated[i]:
             return 0
         hits = 0
         for block in self.req.hash_ids[i]:
             if block not in self.prefix:
                 break
-            self.prefix.move_to_end(block)
+            if touch:
+                self.prefix.move_to_end(block)
             hits += 1
         # always prefill at least one token: the last one produces the first output token
         return int(min(hits * self.spec.prefix_block_tokens, self.req.prompt[i] - 1))
@@ -447,9 +554,15 @@ class _Engine:
         """
         self._admit(now)
         r = self.req
-        decoding = np.array([i for i in self.running if r.prefill_left[i] == 0], dtype=np.int64)
-        chunks = self._chunks()
+        ready = np.array([i for i in self.running if r.prefill_left[i] == 0], dtype=np.int64)
+        decoding, chunks = self._compose(ready)
+        every_decode = decoding.size == ready.size         # mixed may leave some out
         decoding, chunks = self._make_room(decoding, chunks)
+        if self.spec.mode == "prefill_first" and not chunks and decoding.size == 0:
+            # memory preempted every prompt of a prefill-only step: decode instead
+            ready = np.array([i for i in self.running if r.prefill_left[i] == 0],
+                             dtype=np.int64)
+            decoding, chunks = self._make_room(ready, [])
         if not chunks and decoding.size == 0:
             self.busy_until = math.inf
             self.step_prefill, self.step_decode = [], decoding
@@ -461,7 +574,7 @@ class _Engine:
         )
         duration = self.spec.cost(detail)
         repeat = 1
-        if not chunks and self.spec.step_time is None:
+        if not chunks and self.spec.step_time is None and every_decode:
             repeat = self._identical_steps(decoding)
         self.step_prefill, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
@@ -509,9 +622,27 @@ class _Engine:
             k = lo
         return max(k, 1)
 
-    def _chunks(self) -> list[tuple[int, int]]:
-        """Prefill work for this step: (sequence, tokens), oldest admission first."""
-        budget = self.spec.chunk_tokens or math.inf
+    def _compose(self, decoding: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """The step the mode prescribes: (decoding sequences, prefill chunks)."""
+        mode = self.spec.mode
+        if mode == "combined":
+            return decoding, self._chunks(self.spec.chunk_tokens or math.inf)
+        cap = self.spec.token_cap()
+        if mode == "prefill_first":
+            chunks, used = [], 0
+            for i in self.prefilling:              # whole prompts, oldest first
+                need = int(self.req.prefill_left[i])
+                if chunks and used + need > cap:
+                    break
+                chunks.append((i, need))
+                used += need
+            return (decoding[:0] if chunks else decoding), chunks
+        decoding = decoding[:int(min(decoding.size, cap))]      # mixed: decodes first
+        return decoding, self._chunks(cap - decoding.size)
+
+    def _chunks(self, budget: float) -> list[tuple[int, int]]:
+        """Prefill work for this step: (sequence, tokens), oldest admission first, at
+        most ``budget`` tokens in total."""
         chunks = []
         for i in self.prefilling:
             if budget <= 0:
@@ -543,8 +674,10 @@ class _Engine:
         now, r = self.busy_until, self.req
         if self.repeat > 1:                      # identical decode steps taken at once
             d = self.step_decode
-            step = (now - r.last_token[d]) / self.repeat
-            r.max_gap[d] = np.maximum(r.max_gap[d], step)
+            step = (now - self.step_start) / self.repeat
+            # a sequence that sat out prefill-only steps waited before the run began
+            waited = self.step_start - r.last_token[d]
+            r.max_gap[d] = np.maximum(r.max_gap[d], step + waited)
             r.generated[d] += self.repeat - 1
             r.last_token[d] = now - step
         emitted = [self.step_decode]
@@ -670,8 +803,10 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 target = engines[next_rr % n_rep]
                 next_rr += 1
             queue = target.queue
-            too_long = (replica.max_prompt_tokens is not None
-                        and req.prompt[i] > replica.max_prompt_tokens)
+            too_long = ((replica.max_prompt_tokens is not None
+                         and req.prompt[i] > replica.max_prompt_tokens)
+                        or (replica.mode == "prefill_first"
+                            and req.prompt[i] > replica.token_cap()))
             # requests that will wait for a slot: the queue beyond the free slots it feeds
             backlog = len(queue) - sum(replica.max_batch - len(e.running) for e in queue.replicas)
             if too_long or backlog >= replica.queue_cap(req.priority[i]):
