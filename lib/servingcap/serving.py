@@ -25,7 +25,9 @@ Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt
 prompt, the expected or the maximum output), preemption with recompute when memory runs
 out, an optional prefix cache keyed by prompt block ids, a queue-depth cap and timeouts
 (recorded as ``rejected`` / ``timed_out``, never dropped), and several replicas behind a
-router (``random``, ``round_robin``, ``least_loaded``, or ``pooled``: one shared queue).
+router (``least_loaded`` by outstanding work, ``least_requests``, ``power_of_two``,
+prefix ``affinity`` with bounded load, ``random``, ``round_robin``, or ``pooled``: one
+shared queue; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
@@ -33,6 +35,8 @@ output of :func:`simulate`.
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import heapq
 import math
 from collections import OrderedDict
@@ -51,7 +55,8 @@ __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLI
 MODES = ("combined", "prefill_first", "mixed")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
-ROUTERS = ("least_loaded", "random", "round_robin", "pooled")
+ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
+           "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
 
 
@@ -320,6 +325,7 @@ class _Requests:
         if policy == "edf" and "deadline_s" not in frame:
             raise ValueError("policy 'edf' needs a deadline_s column in requests")
         self.hash_ids = frame["hash_ids"].tolist() if "hash_ids" in frame else None
+        self.session = frame["session_id"].tolist() if "session_id" in frame else None
         if replica.prefix_cache_blocks and self.hash_ids is None:
             raise ValueError("prefix_cache_blocks > 0 needs a hash_ids column in requests")
         self.reserve = self._reservation(frame, replica)
@@ -359,6 +365,14 @@ class _Requests:
             raise ValueError(f"kv_reserve={replica.kv_reserve!r} needs a {column} column or "
                              f"Replica({column.replace('predicted', 'expected')}=...)")
         return np.full(self.n, int(default), dtype=np.int64)
+
+    def affinity_key(self, i: int):
+        """What the ``affinity`` router hashes: first prompt block, session, or row."""
+        if self.hash_ids is not None and len(self.hash_ids[i]):
+            return ("block", self.hash_ids[i][0])
+        if self.session is not None:
+            return ("session", self.session[i])
+        return ("row", i)
 
     def key(self, i: int, policy: str) -> tuple:
         """Queue order: smaller first; ties by arrival then index."""
@@ -409,6 +423,7 @@ class _Engine:
         self.repeat = 1
         self.step_start = self.step_duration = 0.0
         self.log_row = -1
+        self.work = 0            # tokens still to process for requests routed here
 
     # ---- memory
     def _blocks(self, tokens) -> np.ndarray:
@@ -430,8 +445,23 @@ class _Engine:
         return math.inf if cap is None else cap // self.spec.kv_block_tokens
 
     def load(self) -> int:
-        """Outstanding requests (waiting here + admitted), for least-loaded routing."""
+        """Outstanding requests (waiting here + admitted), for ``least_requests``."""
         return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+
+    def work_at(self, t: float) -> int:
+        """Outstanding work (tokens) at time ``t``, for ``least_loaded``: what
+        :attr:`work` would be had the repeated decode steps ending before ``t`` been
+        applied one by one (they are applied together when the run ends)."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return self.work
+        ended = math.ceil((t - self.step_start) / self.step_duration) - 1
+        return self.work - min(max(ended, 0), self.repeat) * int(self.step_decode.size)
+
+    def enqueue(self, i: int) -> None:
+        """Route request ``i`` to this replica's queue and count its work."""
+        r = self.req
+        self.queue.push(r.key(i, self.policy), i)
+        self.work += int(r.prompt[i] + r.output[i])
 
     # ---- admission
     def _admit(self, now: float) -> None:
@@ -453,6 +483,7 @@ class _Engine:
         if victim in self.prefilling:
             self.prefilling.remove(victim)
         r.preemptions[victim] += 1
+        self.work += int(r.prompt[victim] + r.generated[victim] - r.prefill_left[victim])
         r.prefill_done[victim] = 0
         r.prefill_left[victim] = 0
         self.queue.push(r.key(victim, self.policy), victim)
@@ -490,6 +521,7 @@ class _Engine:
                          math.inf if spec.timeout_s is None else r.arrival[i] + spec.timeout_s)
             if expiry <= now:
                 heapq.heappop(heap)
+                self.work -= int(r.prompt[i] + r.output[i])
                 r.outcome[i] = "timed_out"
                 r.finish[i] = expiry
                 r.replica[i] = self.index if r.replica[i] < 0 else r.replica[i]
@@ -517,6 +549,7 @@ class _Engine:
         r.cached[i] = max(r.cached[i], cached)
         r.prefill_done[i] = cached
         r.prefill_left[i] = r.prompt[i] + r.generated[i] - cached   # recompute after preemption
+        self.work -= cached
         self.running.append(i)
         self.prefilling.append(i)
 
@@ -680,8 +713,10 @@ class _Engine:
             r.max_gap[d] = np.maximum(r.max_gap[d], step + waited)
             r.generated[d] += self.repeat - 1
             r.last_token[d] = now - step
+            self.work -= (self.repeat - 1) * d.size
         emitted = [self.step_decode]
         for i, take in self.step_prefill:
+            self.work -= take
             r.prefill_left[i] -= take
             r.prefill_done[i] += take
             if r.prefill_left[i] == 0:
@@ -697,6 +732,7 @@ class _Engine:
             r.max_gap[out[seen]] = np.maximum(r.max_gap[out[seen]], gaps[seen])
             r.last_token[out] = now
             r.generated[out] += 1
+            self.work -= out.size
             done = out[r.generated[out] >= r.output[out]]
             if done.size:
                 r.finish[done] = now
@@ -720,9 +756,68 @@ def check_fleet(replica, replicas, router: str, policy: str) -> int:
     return n
 
 
+class _Router:
+    """Picks the replica for each arrival (see :func:`simulate`'s ``router``)."""
+
+    POINTS = 64                                     # ring points per replica (affinity)
+
+    def __init__(self, name: str, engines: list, req: _Requests, rng, bound: float):
+        self.name, self.engines, self.req, self.rng = name, engines, req, rng
+        self.next_rr = 0
+        if name == "affinity":
+            self.bound = _check.number("affinity_bound", bound)
+            if self.bound < 1:
+                raise ValueError(f"affinity_bound must be >= 1, got {bound!r}")
+            ring = sorted((_stable_hash(("replica", e.index, p)), e.index)
+                          for e in engines for p in range(self.POINTS))
+            self.ring_keys = [h for h, _ in ring]
+            self.ring_replicas = [k for _, k in ring]
+
+    def pick(self, i: int) -> _Engine:
+        engines, name = self.engines, self.name
+        if name == "pooled":
+            return engines[0]
+        t = self.req.arrival[i]
+        if name == "least_loaded":
+            return min(engines, key=lambda e: (e.work_at(t), e.index))
+        if name == "least_requests":
+            return min(engines, key=lambda e: (e.load(), e.index))
+        if name == "random":
+            return engines[int(self.rng.integers(len(engines)))]
+        if name == "power_of_two":
+            if len(engines) == 1:
+                return engines[0]
+            a = int(self.rng.integers(len(engines)))
+            b = int(self.rng.integers(len(engines) - 1))
+            b += b >= a
+            return min(engines[a], engines[b], key=lambda e: (e.work_at(t), e.index))
+        if name == "affinity":
+            return self._affinity(i)
+        target = engines[self.next_rr % len(engines)]
+        self.next_rr += 1
+        return target
+
+    def _affinity(self, i: int) -> _Engine:
+        loads = [e.load() for e in self.engines]
+        cap = math.ceil(self.bound * (sum(loads) + 1) / len(self.engines))
+        start = bisect.bisect(self.ring_keys, _stable_hash(self.req.affinity_key(i)))
+        size = len(self.ring_keys)
+        for step in range(size):
+            k = self.ring_replicas[(start + step) % size]
+            if loads[k] + 1 <= cap:
+                return self.engines[k]
+        return min(self.engines, key=lambda e: (loads[e.index], e.index))   # unreachable
+
+
+def _stable_hash(key) -> int:
+    """A 64-bit hash that is the same in every process (Python's str hash is salted)."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
+
+
 def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
              router: str = "least_loaded", policy: str = "fcfs", seed=None,
-             until_s: float | None = None, step_log: bool = False):
+             until_s: float | None = None, step_log: bool = False,
+             affinity_bound: float = 1.25):
     """Replay ``requests`` through ``replicas`` copies of ``replica``.
 
     Parameters
@@ -736,18 +831,43 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         The replica model (default: the book's locked replica).
     replicas : int
         Number of identical replicas.
-    router : {"least_loaded", "random", "round_robin", "pooled"}
-        How arrivals are assigned: to the replica with the fewest outstanding requests,
-        uniformly at random, in turn, or to one queue shared by all replicas.
+    router : str
+        How arrivals are assigned to replicas (ties go to the lowest index):
+
+        * ``"least_loaded"``: the replica with the least outstanding *work*, counted in
+          tokens still to process for the requests routed there (waiting or admitted):
+          remaining prefill tokens (a whole prompt until it is admitted, less its
+          prefix-cache hit) plus output tokens still to emit, one per decode step.
+          Work sees how far each request has got, so a replica that has just emptied
+          is refilled only until its work matches the others'.
+        * ``"least_requests"``: the replica with the fewest outstanding requests
+          (waiting + admitted), blind to their progress. With equal output lengths it
+          synchronizes a fleet: requests admitted together finish together, the
+          emptied replica takes every new arrival until its count catches up, and
+          those prompts are prefilled together in one long step.
+        * ``"power_of_two"``: two distinct replicas drawn at random (``seed``), the one
+          with less outstanding work wins (Mitzenmacher's power of two choices).
+        * ``"affinity"``: prefix/session affinity with bounded load (consistent hashing
+          with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018). The key is the
+          first prompt block (``hash_ids[0]``), else a ``session_id`` column, else the
+          request's row; keys hash onto a ring of replicas (64 points each) and a
+          request goes to the first replica clockwise whose outstanding requests are
+          below ``ceil(affinity_bound * (total + 1) / replicas)``. Requests sharing a
+          prefix meet the same replica's prefix cache while no replica is overloaded.
+        * ``"random"``: uniformly at random (``seed``); ``"round_robin"``: in turn;
+          ``"pooled"``: one queue shared by all replicas (a perfect balancer).
     policy : {"fcfs", "sjf", "srpt", "edf", "priority"}
         Order of each waiting queue.
     seed : int, optional
-        Seed for the random router.
+        Seed for the ``random`` and ``power_of_two`` routers.
     until_s : float, optional
         Stop at this time; requests not finished by then are ``unfinished``.
     step_log : bool
         Also return a per-step DataFrame (start time, replica, duration, decode batch,
         prefill tokens, running, waiting, KV tokens in use).
+    affinity_bound : float
+        Load bound ``c >= 1`` of the ``affinity`` router: no replica takes more than
+        ``c`` times the mean outstanding requests (1.25 by default).
 
     Returns
     -------
@@ -781,7 +901,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         engine = _Engine(k, replica, req, queue, policy, steps)
         queue.replicas.append(engine)
         engines.append(engine)
-    next_rr = 0
+    route = _Router(router, engines, req, rng, affinity_bound)
     a = 0
     touched: list[_Queue] = []                          # queues fed since the last wake-up
 
@@ -793,15 +913,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         if a < req.n and t_arrival <= engine.busy_until:
             i = int(order[a])
             a += 1
-            if router == "pooled":
-                target = engines[0]
-            elif router == "least_loaded":
-                target = min(engines, key=lambda e: (e.load(), e.index))
-            elif router == "random":
-                target = engines[int(rng.integers(n_rep))]
-            else:
-                target = engines[next_rr % n_rep]
-                next_rr += 1
+            target = route.pick(i)
             queue = target.queue
             too_long = ((replica.max_prompt_tokens is not None
                          and req.prompt[i] > replica.max_prompt_tokens)
@@ -812,7 +924,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
             if too_long or backlog >= replica.queue_cap(req.priority[i]):
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
-            queue.push(req.key(i, policy), i)
+            target.enqueue(i)
             if queue not in touched:
                 touched.append(queue)
             if a < req.n and req.arrival[order[a]] == t_arrival:
