@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import heapq
+import inspect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -142,7 +143,11 @@ class Replica:
     max_prompt_tokens : int or None
         Admission limit on prompt length: longer prompts are rejected on arrival.
     timeout_s : float or None
-        A request still waiting this long after arrival leaves as ``timed_out``.
+        A request still waiting this long after arrival leaves as ``timed_out``. This
+        includes waiting to be readmitted after a preemption: **a request preempted
+        after producing tokens can later leave as** ``timed_out`` **with**
+        ``first_token_s`` **(and** ``ttft_s``**) set**; its ``finish_s`` is then the
+        timeout, or its last token if that came later.
     shed_past_deadline : bool
         Drop a waiting request as ``timed_out`` once its ``deadline_s`` has passed
         (deadline shedding); otherwise late requests are still served.
@@ -229,6 +234,10 @@ class Replica:
         if self.step_time is not None and not callable(self.step_time):
             raise ValueError(f"step_time must be callable, got {self.step_time!r}")
         self._check_mode()
+        _flag("shed_past_deadline", self.shed_past_deadline)
+        _flag("preemptive", self.preemptive)
+        if self.step_time is not None and not getattr(self.step_time, "wants_detail", False):
+            _check_totals_signature(self.step_time)
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
 
     def _check_mode(self) -> None:
@@ -266,8 +275,16 @@ class Replica:
         return self.max_queue
 
     def decode_time(self, batch: int) -> float:
-        """Decode step time at ``batch`` sequences (s); 0 for an empty batch."""
-        return 0.0 if batch <= 0 else self._decode(batch)
+        """Decode step time at ``batch`` sequences (s); 0 for an empty batch. A
+        ``decode_step_s`` function that returns NaN, inf or a time <= 0 is an error."""
+        if batch <= 0:
+            return 0.0
+        seconds = self._decode(batch)
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"decode_step_s {_name(self.decode_step_s)} returned {seconds!r} "
+                             f"for a decode batch of {batch}; it must return a finite number "
+                             "of seconds > 0")
+        return seconds
 
     def cost(self, detail: StepDetail) -> float:
         """Duration of a step with this composition (s)."""
@@ -278,11 +295,44 @@ class Replica:
         else:
             seconds = self.step_time(detail.prefill_tokens, detail.decode_batch,
                                      int(detail.decode_context.sum()))
-        seconds = float(seconds)
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = math.nan
         if not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError(f"step_time returned {seconds!r} for a non-empty step; "
-                             "it must return a positive number of seconds")
+            raise ValueError(
+                f"step_time {_name(self.step_time)} returned {seconds!r} for a step of "
+                f"{detail.prefill_chunks.size} prefill chunk(s) ({detail.prefill_tokens} tokens) "
+                f"and {detail.decode_batch} decoding sequence(s) "
+                f"({int(detail.decode_context.sum())} context tokens); it must return a "
+                "finite number of seconds > 0")
         return seconds
+
+
+def _check_totals_signature(fn) -> None:
+    """A totals cost model takes three numbers; a one-argument one wants @detailed."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return                                    # builtins without a signature: trust
+    try:
+        signature.bind(0, 0, 0)
+    except TypeError:
+        try:
+            signature.bind(StepDetail(*(np.zeros(0, dtype=np.int64),) * 3))
+        except TypeError:
+            raise ValueError(
+                f"step_time {_name(fn)} must accept (prefill_tokens, decode_batch, "
+                "decode_context_tokens), or take one StepDetail and be decorated with "
+                "@servingcap.serving.detailed") from None
+        raise ValueError(
+            f"step_time {_name(fn)} takes one argument: if it expects a StepDetail, decorate "
+            "it with @servingcap.serving.detailed (otherwise it must accept prefill_tokens, "
+            "decode_batch, decode_context_tokens)") from None
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _decode_curve(spec) -> Callable[[int], float]:
@@ -313,18 +363,16 @@ class _Requests:
             if column not in frame.columns:
                 raise ValueError(f"requests is missing column {column!r}; has {list(frame.columns)}")
         self.n = n = len(frame)
-        self.arrival = _check.array("arrival_s", frame["arrival_s"].to_numpy(dtype=float))
+        self.arrival = _column(frame, "arrival_s")
         self.prompt = self._tokens(frame, "prompt_tokens", minimum=1)
         self.output = self._tokens(frame, "output_tokens", minimum=1)
         self.predicted = (self._tokens(frame, "predicted_output_tokens", minimum=0)
                           if "predicted_output_tokens" in frame else self.output)
-        self.priority = (frame["priority"].to_numpy(dtype=float)
-                         if "priority" in frame else np.zeros(n))
-        self.deadline = (_check.array("deadline_s", frame["deadline_s"].to_numpy(dtype=float))
-                         if "deadline_s" in frame else np.full(n, np.inf))
+        self.priority = _column(frame, "priority") if "priority" in frame else np.zeros(n)
+        self.deadline = _column(frame, "deadline_s") if "deadline_s" in frame else np.full(n, np.inf)
         if policy == "edf" and "deadline_s" not in frame:
             raise ValueError("policy 'edf' needs a deadline_s column in requests")
-        self.hash_ids = frame["hash_ids"].tolist() if "hash_ids" in frame else None
+        self.hash_ids = _block_ids(frame["hash_ids"]) if "hash_ids" in frame else None
         self.session = frame["session_id"].tolist() if "session_id" in frame else None
         if replica.prefix_cache_blocks and self.hash_ids is None:
             raise ValueError("prefix_cache_blocks > 0 needs a hash_ids column in requests")
@@ -345,7 +393,7 @@ class _Requests:
 
     @staticmethod
     def _tokens(frame, column, minimum):
-        values = _check.array(column, frame[column].to_numpy(dtype=float))
+        values = _column(frame, column)
         bad = (values < minimum) | (values != np.round(values))
         if bad.any():
             i = int(bad.argmax())
@@ -385,6 +433,50 @@ class _Requests:
         if policy == "edf":
             return (self.deadline[i], self.arrival[i], i)
         return (self.priority[i], self.arrival[i], i)
+
+
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric request column as finite floats, refusing dates, booleans and text."""
+    column = frame[name]
+    kind = column.dtype.kind
+    if kind in "mM":
+        raise ValueError(f"{name} must be numbers of seconds (or tokens), got dtype {column.dtype}; "
+                         "convert times with (t - t.min()).dt.total_seconds()")
+    if kind not in "iufO":
+        raise ValueError(f"{name} must hold numbers, got dtype {column.dtype}")
+    try:
+        values = column.to_numpy(dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must hold numbers, got {column.iloc[0]!r} ...: {exc}") from exc
+    return _check.array(name, values)
+
+
+def _block_ids(column: pd.Series) -> list:
+    """``hash_ids``: per request, a list of prompt-block ids (ints or strings)."""
+    ids = column.tolist()
+    for row, value in enumerate(ids):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
+            raise ValueError(f"hash_ids must hold a list of block ids per request, got {value!r} "
+                             f"at row {row}")
+        for block in value:
+            if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer, str)):
+                raise ValueError(f"hash_ids must hold block ids (ints or strings), got {block!r} "
+                                 f"in row {row}")
+    return ids
+
+
+def _flag(name: str, value) -> bool:
+    """A true/false option: only a real boolean (``'no'`` is not False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_seed(seed):
+    """None, a whole number >= 0, a SeedSequence or a Generator (what default_rng takes)."""
+    if seed is None or isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
+        return seed
+    return _check.whole("seed", seed, minimum=0)
 
 
 class _Queue:
@@ -523,7 +615,8 @@ class _Engine:
                 heapq.heappop(heap)
                 self.work -= int(r.prompt[i] + r.output[i])
                 r.outcome[i] = "timed_out"
-                r.finish[i] = expiry
+                # preempted after producing tokens: it leaves no earlier than its last one
+                r.finish[i] = expiry if r.generated[i] == 0 else max(expiry, r.last_token[i])
                 r.replica[i] = self.index if r.replica[i] < 0 else r.replica[i]
                 continue
             need = int(self._held([i])[0])
@@ -875,10 +968,23 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         One row per request, in input order: ``arrival_s, prompt_tokens,
         output_tokens, replica, admitted_s, first_token_s, finish_s, ttft_s, tpot_s,
         max_gap_s, e2e_s, outcome, preemptions, cached_tokens`` (times in s; NaN where
-        the event did not happen, e.g. the first token of a rejected request).
+        the event did not happen, e.g. the first token of a rejected request). A
+        ``timed_out`` row has ``first_token_s`` set when the request was preempted after
+        its first token and then timed out waiting to be readmitted.
+
+    Raises
+    ------
+    ValueError
+        For bad input, naming it: a missing or non-numeric column (dates, booleans,
+        text), NaN or infinite values, malformed ``hash_ids``, an unknown router or
+        policy, a ``seed`` numpy cannot use, a non-boolean ``step_log``, or a cost
+        model that returns NaN, infinity or a time <= 0 for a step (the message gives
+        the step's composition).
     """
     replica = Replica() if replica is None else replica
     n_rep = check_fleet(replica, replicas, router, policy)
+    seed = _check_seed(seed)
+    _flag("step_log", step_log)
     horizon = math.inf if until_s is None else _check.positive("until_s", until_s)
     req = _Requests(requests, replica, policy)
     if replica.kv_capacity_tokens is not None and req.n:
@@ -971,6 +1077,9 @@ def _result(frame: pd.DataFrame, req: _Requests, steps):
         return out
     columns = ["start_s", "replica", "duration_s", "decode_batch", "prefill_tokens",
                "running", "waiting", "kv_tokens"]
+    if not steps:                                   # nothing ran: an empty log, typed
+        return out, pd.DataFrame({c: pd.Series(dtype=float if c.endswith("_s") else np.int64)
+                                  for c in columns})
     raw = pd.DataFrame(steps, columns=columns + ["repeat"])
     log = raw.loc[raw.index.repeat(raw["repeat"]), columns].reset_index(drop=True)
     nth = raw["repeat"].to_numpy()
