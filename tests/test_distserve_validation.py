@@ -5,9 +5,10 @@
 trace, OPT-13B on one A100 with DistServe's published profile: one colocated instance
 with prefill priority at 0.96 req/s, and one prefill plus one decode instance at
 1.26 req/s. Here the same requests run through :mod:`servingcap.serving` with the
-shipped profile as the cost model (:func:`servingcap.profiles.distserve_profile`):
-``mode="prefill_first"`` with DistServe's 66,144-token prefill cap for the colocated
-instance and for the prefill pool, and :mod:`servingcap.disagg` for the pair.
+shipped profile as the cost model (:func:`servingcap.profiles.distserve_replica`:
+``mode="prefill_first"`` with DistServe's 66,144-token prefill cap, no batch limit), one
+instance colocated and :mod:`servingcap.disagg` for the pair (whose decode pool turns the
+replica into pure decode steps).
 
 Measured agreement (2026-11-30): every TTFT within 1 microsecond in both
 configurations; TTFT mean and p99 and TPOT mean within 1e-7 relative; every TPOT within
@@ -34,16 +35,16 @@ while prompts are pending, no batch-size cap, no KV limit, no transfer time, the
 formula with its per-step overheads) is the same rule on both sides.
 """
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 from servingcap import profiles
 from servingcap.disagg import simulate_disaggregated
-from servingcap.serving import Replica, simulate
+from servingcap.serving import simulate
 from servingcap.traffic import data_dir
 
-COST = profiles.distserve_profile("opt-13b", tp=1, engine="distserve")
-UNLIMITED = 10**7                     # DistServe's "no limit" batch size
 DECODE_TOKEN_CAP = 50_000             # the smallest decode-step cap DistServe versions use
 INPUTS = ["arrival_s", "prompt_tokens", "output_tokens"]
 
@@ -55,17 +56,13 @@ def reference(kind: str) -> pd.DataFrame:
     return frame
 
 
-def replica(**mode) -> Replica:
-    # kv_block_tokens=1: the step log's kv_tokens is then the exact context held
-    return Replica(step_time=COST, max_batch=UNLIMITED, kv_block_tokens=1, **mode)
-
-
-PREFILL_FIRST = {"mode": "prefill_first", "max_batched_tokens": COST.max_num_tokens}
+# kv_block_tokens=1: the step log's kv_tokens is then the exact context held
+DISTSERVE = profiles.distserve_replica("opt-13b", tp=1, engine="distserve", kv_block_tokens=1)
 
 
 def test_disaggregated_one_prefill_one_decode_instance():
     ref = reference("disaggregated_1p1d")
-    out = simulate_disaggregated(ref[INPUTS], replica(**PREFILL_FIRST), replica())
+    out = simulate_disaggregated(ref[INPUTS], DISTSERVE, DISTSERVE)
     assert (out.outcome == "done").all()
     # Issue 15's tolerances: TTFT per request within 1 ms, TPOT mean within 1 %.
     # Rule difference 1 alone allows about 1 microsecond, so these hold with a margin of
@@ -79,7 +76,7 @@ def test_disaggregated_one_prefill_one_decode_instance():
 
 def test_colocated_prefill_first_instance():
     ref = reference("colocated_prefill_first")
-    out, log = simulate(ref[INPUTS], replica(**PREFILL_FIRST), step_log=True)
+    out, log = simulate(ref[INPUTS], DISTSERVE, step_log=True)
     assert (out.outcome == "done").all()
     # rule difference 2 never acts: the context held stays below DistServe's caps
     assert log.kv_tokens.max() < DECODE_TOKEN_CAP
@@ -100,5 +97,6 @@ def test_the_combined_step_is_not_distserves_colocated_rule():
     # visibly different TTFT (measured: mean 19 % above DistServe's): the agreement above
     # is the mode's doing, not the trace's.
     ref = reference("colocated_prefill_first")
-    out = simulate(ref[INPUTS], replica())
+    combined = dataclasses.replace(DISTSERVE, mode="combined", max_batched_tokens=None)
+    out = simulate(ref[INPUTS], combined)
     assert out.ttft_s.mean() > 1.1 * ref.ttft_s.mean()

@@ -122,3 +122,12 @@ def test_an_unreadable_profile_names_the_file(tmp_path):
     no_decode = {"decoding_large_small_bs_threshold": 95, "prefill": list(PREFILL)}
     with pytest.raises(ValueError, match="decoding_smallbs"):
         profiles.distserve_profile(path=_write(tmp_path, no_decode))
+
+
+def test_distserve_replica_is_the_colocated_baseline():
+    replica = profiles.distserve_replica("opt-13b", tp=1)
+    assert replica.mode == "prefill_first" and replica.max_batched_tokens == 66_144
+    assert replica.max_batch == profiles.NO_BATCH_LIMIT and replica.kv_capacity_tokens is None
+    assert isinstance(replica.step_time, profiles.DistServeCost)
+    capped = profiles.distserve_replica("opt-13b", kv_capacity_tokens=400_000, max_batch=64)
+    assert capped.kv_capacity_tokens == 400_000 and capped.max_batch == 64

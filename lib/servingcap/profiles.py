@@ -41,10 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from . import _check
-from .serving import StepDetail
+from .serving import Replica, StepDetail
 from .traffic import data_dir
 
-__all__ = ["DistServeCost", "distserve_profile", "distserve_max_num_tokens", "ENGINES"]
+__all__ = ["DistServeCost", "distserve_profile", "distserve_replica", "distserve_max_num_tokens",
+           "ENGINES", "NO_BATCH_LIMIT"]
 
 ENGINES = ("distserve", "vllm")
 PREFILL_STEP_MS = 1.0        # simdistserve: pp_const = 1 ms per prefill step (pp = 1)
@@ -52,6 +53,7 @@ STEP_OVERHEAD_MS = 2.0       # simdistserve: "ray overhead", base per step
 OVERHEAD_PER_TOKEN_MS = 1e-4  # ... plus this per context token in the step
 HYBRIDS = ("additive", "distserve")
 _CHECK_TOKENS = 2 ** 20      # prefill range checked when the profile has no token cap
+NO_BATCH_LIMIT = 10 ** 7     # simdistserve's "no limit" batch size
 
 
 def _profile_dir() -> Path:
@@ -246,3 +248,21 @@ def distserve_profile(model: str = "opt-13b", tp: int = 1, engine: str = "distse
     _check_positive_times(cost, where)
     return cost
 
+
+
+def distserve_replica(model: str = "opt-13b", tp: int = 1, engine: str = "distserve",
+                      **replica_options) -> Replica:
+    """A replica that schedules and costs its steps as DistServe's simulator does.
+
+    ``mode="prefill_first"`` (prefill-only steps of whole prompts, FIFO, decodes wait),
+    DistServe's prefill token cap for the model and TP (``max_batched_tokens``), no
+    batch-size limit (``max_batch`` = 10^7, simdistserve's "unlimited"), no KV limit,
+    and :func:`distserve_profile` as the cost. This is DistServe's colocated
+    (``VLLMCluster``) instance; for its disaggregated pair, pass it as both pools of
+    :func:`servingcap.disagg.simulate_disaggregated`. ``replica_options`` override any
+    :class:`~servingcap.serving.Replica` field (e.g. ``kv_capacity_tokens``).
+    """
+    cost = distserve_profile(model, tp, engine)
+    options = {"step_time": cost, "mode": "prefill_first", "max_batched_tokens": cost.max_num_tokens,
+               "max_batch": NO_BATCH_LIMIT, **replica_options}
+    return Replica(**options)

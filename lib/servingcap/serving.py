@@ -567,6 +567,8 @@ class _Engine:
             worst = max(range(len(keys)), key=keys.__getitem__)
             if not heap[0][0] < keys[worst]:
                 return
+            if not self._fits_step(heap[0][1], self._token_room()):
+                return                        # no room in this step: do not evict for nothing
             self._evict(self.running.pop(worst))
 
     def _evict(self, victim: int) -> None:
