@@ -123,7 +123,8 @@ def test_decode_pool_counts_newcomers_in_the_batch():
                         decode_context=np.full(32, 150))
     assert pool.cost(detail) == pytest.approx(0.040)          # 33 sequences, no prefill cost
     custom = decode_pool_replica(Replica(step_time=lambda p, b, ctx: 0.001 * b + 1e-6 * ctx + p))
-    assert custom.cost(detail) == pytest.approx(0.033 + 1e-6 * (32 * 150 + 4000))
+    # contexts count the whole request: the decode pool's run starts after the first token
+    assert custom.cost(detail) == pytest.approx(0.033 + 1e-6 * (32 * 151 + 4001))
 
 
 # --------------------------------------------------------------------------- transfer helpers

@@ -122,24 +122,36 @@ def test_chunked_prefill_keeps_gaps_within_budget_and_costs_ttft():
     assert 1.25 - 1e-9 <= ttft < 1.25 + 0.030
 
 
+MODE_OPTIONS = {
+    "combined": {"chunk_tokens": 512},
+    "prefill_first": {"mode": "prefill_first", "max_batched_tokens": 4096},
+    "mixed": {"mode": "mixed", "max_batched_tokens": 512},
+}
+
+
+@pytest.mark.parametrize("mode", list(MODE_OPTIONS))
 @pytest.mark.parametrize("router, options", [
     ("least_loaded", {}),
+    ("least_requests", {}),
+    ("power_of_two", {}),
+    ("affinity", {}),
     ("random", {}),
     ("pooled", {}),
     ("least_loaded", {"preemptive": True, "max_batch": 8}),
     ("round_robin", {"kv_capacity_tokens": 40_000, "max_queue": 6}),
 ])
-def test_multi_step_jump_matches_step_by_step(router, options):
+def test_multi_step_jump_matches_step_by_step(router, options, mode):
     # A user cost model disables the identical-step shortcut; with the same arithmetic as
-    # the default, every per-request time must agree.
+    # the default, every per-request time must agree, in every scheduling mode.
     def same_cost(prefill_tokens, decode_batch, context_tokens):
         return (0.030 if decode_batch else 0.0) + prefill_tokens / 8000
 
     reqs = poisson_requests(rate=4.0, n=400, seed=4)
     policy = "srpt" if options.get("preemptive") else "fcfs"
-    fast, log_fast = simulate(reqs, Replica(chunk_tokens=512, **options), replicas=2,
+    options = {**options, **MODE_OPTIONS[mode]}
+    fast, log_fast = simulate(reqs, Replica(**options), replicas=2,
                               router=router, policy=policy, seed=3, step_log=True)
-    slow, log_slow = simulate(reqs, Replica(chunk_tokens=512, step_time=same_cost, **options),
+    slow, log_slow = simulate(reqs, Replica(step_time=same_cost, **options),
                               replicas=2, router=router, policy=policy, seed=3, step_log=True)
     assert (fast.outcome == slow.outcome).all() and (fast.replica == slow.replica).all()
     cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
@@ -312,7 +324,7 @@ def test_bad_requests_and_options_are_named():
         simulate(good, replicas=0)
     with pytest.raises(ValueError, match="max_output_tokens"):
         simulate(good, Replica(kv_capacity_tokens=10**6, kv_reserve="max"))
-    with pytest.raises(ValueError, match="step_time returned"):
+    with pytest.raises(ValueError, match="step_time .*lambda.* returned -1.0 for a step of"):
         simulate(good, Replica(step_time=lambda p, b, c: -1.0))
 
 
@@ -372,3 +384,196 @@ def test_simultaneous_arrivals_share_their_first_step(replicas, router):
     per_replica = out.groupby("replica").size()
     expected_ttft = out.replica.map(per_replica) * 800 / 8000
     assert np.allclose(out.ttft_s, expected_ttft)
+
+
+# --------------------------------------------------------------------------- modes
+
+
+def test_prefill_first_toy_schedule_by_hand():
+    # 1,000 prompt tokens/s, 10 ms decode steps, at most 300 prompt tokens per step.
+    # t=0     A (100 tokens) alone: prefill-only step of 0.1 s -> A's first token at 0.1.
+    # t=0.1   B (200) and C (150) wait; B fits the cap, C would make 350 > 300, so the
+    #         step prefills B only (0.2 s); A's decode waits -> B's first token at 0.3.
+    # t=0.3   C prefills alone (0.15 s) -> 0.45; A still waits.
+    # t=0.45  no prefill left: one decode step of A, B, C (10 ms) -> B, C finish at 0.46;
+    #         A's second token comes 0.36 s after its first.
+    # t=0.46  A's last decode step -> 0.47. D (400 tokens > cap) is rejected on arrival.
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.05, 0.05, 0.2],
+                         "prompt_tokens": [100, 200, 150, 400],
+                         "output_tokens": [3, 2, 2, 5]})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, max_batch=10,
+                      mode="prefill_first", max_batched_tokens=300)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert out.outcome.tolist() == ["done", "done", "done", "rejected"]
+    assert out.admitted_s[:3].tolist() == pytest.approx([0.0, 0.1, 0.3])
+    assert out.first_token_s[:3].tolist() == pytest.approx([0.1, 0.3, 0.45])
+    assert out.finish_s[:3].tolist() == pytest.approx([0.47, 0.46, 0.46])
+    assert out.max_gap_s[0] == pytest.approx(0.36)
+    assert log.prefill_tokens.tolist() == [100, 200, 150, 0, 0]
+    assert log.decode_batch.tolist() == [0, 0, 0, 3, 1]
+
+
+def test_mixed_toy_schedule_by_hand():
+    # Budget 100 tokens per step; decodes take one token each first, prompt chunks the rest.
+    # t=0      A (150) admitted, takes 100; B (30) is not admitted: no budget left.
+    # t=0.1    A's last 50 and B's 30 (80 tokens, 0.08 s) -> both first tokens at 0.18.
+    # t=0.18   decodes A, B (2 tokens) + 98 of C (arrived 0.15, 200 tokens): 0.01 + 0.098
+    #          -> 0.288; B finishes.
+    # t=0.288  decode A + 99 of C: 0.109 s -> 0.397; A finishes.
+    # t=0.397  C's last 3 tokens: 0.003 s -> C's first token at 0.400; one decode -> 0.410.
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.0, 0.15], "prompt_tokens": [150, 30, 200],
+                         "output_tokens": [3, 2, 2]})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, max_batch=10,
+                      mode="mixed", max_batched_tokens=100)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert out.admitted_s.tolist() == pytest.approx([0.0, 0.1, 0.18])
+    assert out.first_token_s.tolist() == pytest.approx([0.18, 0.18, 0.400])
+    assert out.finish_s.tolist() == pytest.approx([0.397, 0.288, 0.410])
+    assert log.prefill_tokens.tolist() == [100, 80, 98, 99, 3, 0]
+    assert log.decode_batch.tolist() == [0, 0, 2, 1, 0, 1]
+    assert (log.prefill_tokens + log.decode_batch <= 100).all()
+
+
+def test_mixed_budget_smaller_than_the_batch_decodes_in_turn():
+    # 4 decoding sequences and a budget of 2 tokens: each step decodes the two oldest.
+    reqs = pd.DataFrame({"arrival_s": 0.0, "prompt_tokens": [1] * 4, "output_tokens": [3] * 4})
+    replica = Replica(prefill_rate=1000, decode_step_s=0.010, mode="mixed",
+                      max_batched_tokens=2)
+    out, log = simulate(reqs, replica, step_log=True)
+    assert (out.outcome == "done").all()
+    assert (log.prefill_tokens + log.decode_batch <= 2).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "fifo"}, "mode"),
+    ({"mode": "mixed"}, "max_batched_tokens"),
+    ({"mode": "mixed", "max_batched_tokens": 0}, "max_batched_tokens"),
+    ({"mode": "prefill_first", "chunk_tokens": 512}, "chunk_tokens"),
+    ({"max_batched_tokens": 2048}, "max_batched_tokens"),
+])
+def test_bad_mode_options_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Replica(**kwargs)
+
+
+def test_modes_agree_without_contention():
+    # One request alone: no other work to wait for, so every mode gives the same times.
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [300]})
+    times = [simulate(reqs, Replica(**opts))[["first_token_s", "finish_s"]].to_numpy()
+             for opts in ({}, {"mode": "prefill_first"},
+                          {"mode": "mixed", "max_batched_tokens": 4096})]
+    assert np.allclose(times[0], times[1]) and np.allclose(times[0], times[2])
+
+
+# --------------------------------------------------------------------------- routers
+
+
+def with_prefixes(reqs, groups, seed):
+    """Give each request four 512-token blocks, the first shared within its group."""
+    rng = np.random.default_rng(seed)
+    first = rng.integers(groups, size=len(reqs))
+    return reqs.assign(hash_ids=[[int(g), 10_000 + 4 * k, 10_001 + 4 * k, 10_002 + 4 * k]
+                                 for k, g in enumerate(first)])
+
+
+def test_affinity_with_prefix_cache_matches_step_by_step_and_raises_hits():
+    def same_cost(prefill_tokens, decode_batch, context_tokens):
+        return (0.030 if decode_batch else 0.0) + prefill_tokens / 8000
+
+    # 12 prefix groups, caches of 16 blocks: a replica that sees every group evicts a
+    # group's first block before it recurs more often than one that sees a third of them
+    # (measured cached tokens: affinity 126,976, least_loaded 64,512).
+    reqs = with_prefixes(poisson_requests(rate=4.0, n=400, seed=4, prompt=2048), 12, seed=1)
+    spec = dict(prefix_cache_blocks=16)
+    fast = simulate(reqs, Replica(**spec), replicas=3, router="affinity")
+    slow = simulate(reqs, Replica(step_time=same_cost, **spec), replicas=3, router="affinity")
+    cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
+    assert (fast.replica == slow.replica).all()
+    assert np.allclose(fast[cols].to_numpy(), slow[cols].to_numpy(), equal_nan=True, atol=1e-9)
+    spread = simulate(reqs, Replica(**spec), replicas=3, router="least_loaded")
+    assert fast.cached_tokens.sum() > 1.5 * spread.cached_tokens.sum()
+
+
+def test_affinity_keeps_a_prefix_on_one_replica_until_the_load_bound():
+    # Spaced arrivals with one shared first block all land on the same replica ...
+    spaced = with_prefixes(pd.DataFrame({"arrival_s": 10.0 * np.arange(20), "prompt_tokens": 2048,
+                                         "output_tokens": 5}), groups=1, seed=0)
+    out = simulate(spaced, Replica(), replicas=4, router="affinity")
+    assert out.replica.nunique() == 1
+    # ... while a burst of them spreads: no replica holds more than
+    # ceil(1.25 * (total + 1) / 4) outstanding requests when it is chosen.
+    burst = spaced.assign(arrival_s=0.001 * np.arange(20))
+    out = simulate(burst, Replica(), replicas=4, router="affinity")
+    assert out.replica.nunique() == 4
+    assert out.replica.value_counts().max() <= math.ceil(1.25 * 20 / 4)
+    with pytest.raises(ValueError, match="affinity_bound"):
+        simulate(burst, Replica(), replicas=4, router="affinity", affinity_bound=0.5)
+
+
+def test_least_loaded_counts_work_and_least_requests_counts_requests():
+    # A: a long job on replica 0; B: a tiny one on replica 1; C arrives next. Both
+    # replicas hold one request, so least_requests breaks the tie to replica 0, while
+    # least_loaded sees 1,000 + 100 tokens of work against 10 + 10 and picks replica 1.
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.001, 0.002], "prompt_tokens": [1000, 10, 10],
+                         "output_tokens": [100, 10, 10]})
+    assert simulate(reqs, Replica(), replicas=2, router="least_requests").replica.tolist() == [0, 1, 0]
+    assert simulate(reqs, Replica(), replicas=2, router="least_loaded").replica.tolist() == [0, 1, 1]
+
+
+def test_work_accounting_returns_to_zero(monkeypatch):
+    # The work counters behind least_loaded and power_of_two must drain to exactly zero
+    # through prefill chunks, prefix hits, repeated decode steps, preemption with
+    # recompute and timeouts: a request arriving after everything finished sees zero.
+    from servingcap import serving
+    seen = []
+    original = serving._Router.pick
+
+    def spy(self, i):
+        seen.append([e.work for e in self.engines])
+        return original(self, i)
+
+    monkeypatch.setattr(serving._Router, "pick", spy)
+    reqs = with_prefixes(poisson_requests(rate=6.0, n=600, seed=6, prompt=1000,
+                                          outputs=(200, 800)), 8, seed=2)
+    late = pd.DataFrame({"arrival_s": [10_000.0], "prompt_tokens": [10], "output_tokens": [2],
+                         "hash_ids": [[99]]})
+    reqs = pd.concat([reqs, late], ignore_index=True)
+    spec = Replica(kv_capacity_tokens=24_000, chunk_tokens=256, timeout_s=20.0,
+                   prefix_cache_blocks=16)
+    out = simulate(reqs, spec, replicas=2, router="least_loaded")
+    assert out.preemptions.sum() > 0 and (out.outcome == "timed_out").any()
+    assert out.cached_tokens.sum() > 0
+    assert min(min(w) for w in seen) >= 0
+    assert seen[-1] == [0, 0]
+
+
+def test_power_of_two_is_seeded_and_balances_work():
+    reqs = poisson_requests(rate=8.0, n=2000, seed=10)
+    a = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=5)
+    b = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=5)
+    c = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=6)
+    assert a.replica.tolist() == b.replica.tolist() != c.replica.tolist()
+    rand = simulate(reqs, Replica(), replicas=6, router="random", seed=5)
+    assert a.ttft_s.quantile(0.99) < rand.ttft_s.quantile(0.99)
+
+
+def test_request_count_router_synchronizes_equal_length_cohorts():
+    # The book's locked workload (2,000-token prompts, exactly 300 output tokens) on six
+    # replicas at 8 req/s. Counting requests, an emptied replica takes every arrival
+    # until its count catches up, so cohorts form and their prompts are prefilled six at
+    # a time (12,000 tokens, 1.5 s); p99 TTFT grows along the run. Counting work, every
+    # step holds at most one prompt and p99 TTFT stays put. (Deterministic seeded run;
+    # measured p99 by thirds: least_requests 0.78 / 1.05 / 1.39 s, least_loaded
+    # 0.38 / 0.45 / 0.44 s.)
+    rng = np.random.default_rng(1)
+    reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 8.0, 4000)),
+                         "prompt_tokens": 2000, "output_tokens": 300})
+    thirds = np.arange(len(reqs)) * 3 // len(reqs)
+    p99 = {}
+    for router in ("least_requests", "least_loaded"):
+        out, log = simulate(reqs, Replica(), replicas=6, router=router, step_log=True)
+        p99[router] = out.ttft_s.groupby(thirds).quantile(0.99).to_numpy()
+        p99[router + " prefill"] = log.prefill_tokens.max()
+    assert p99["least_requests prefill"] >= 5 * 2000 and p99["least_loaded prefill"] == 2000
+    assert p99["least_requests"][2] > 1.3 * p99["least_requests"][0]
+    assert (p99["least_requests"] > 1.5 * p99["least_loaded"]).all()

@@ -94,23 +94,26 @@ def decode_pool_replica(replica: Replica) -> Replica:
     A newcomer's prompt costs no prefill time; in its first step it decodes like every
     other sequence. The step time is ``replica``'s own cost of that pure decode step
     (its ``decode_step_s`` curve, or its ``step_time``), evaluated on a step detail in
-    which each newcomer is a decoding sequence whose context is its prompt. Chunking
-    and the prefix cache are switched off (there is no prefill left to chunk or reuse).
+    which every sequence's context counts the whole request so far, as it would on a
+    colocated replica: prompt + first token for a newcomer, + one per token the decode
+    pool has emitted since (the decode pool's own run counts from zero, hence the +1).
+    Chunking and the prefix cache are switched off (there is no prefill left to chunk
+    or reuse), and the pool runs ``mode="combined"`` (every step is a decode step).
     """
     if not isinstance(replica, Replica):
         raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
 
     @detailed
     def step_time(detail: StepDetail) -> float:
-        context = np.concatenate([detail.decode_context,
-                                  detail.prefill_cached + detail.prefill_chunks])
+        context = 1 + np.concatenate([detail.decode_context,
+                                      detail.prefill_cached + detail.prefill_chunks])
         pure_decode = StepDetail(prefill_chunks=np.zeros(0, dtype=np.int64),
                                  prefill_cached=np.zeros(0, dtype=np.int64),
                                  decode_context=context)
         return replica.cost(pure_decode)
 
     return dataclasses.replace(replica, step_time=step_time, chunk_tokens=None,
-                               prefix_cache_blocks=0)
+                               prefix_cache_blocks=0, mode="combined", max_batched_tokens=None)
 
 
 def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | None = None,

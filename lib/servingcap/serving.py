@@ -1,19 +1,33 @@
 """An iteration-level simulator of a continuous-batching LLM replica fleet.
 
 The model is the one Orca, vLLM and Sarathi-Serve share. Time advances in *steps*
-(forward passes). A step runs one token for every admitted sequence that is decoding,
-plus up to ``chunk_tokens`` of prompt prefill (all pending prefill when
-``chunk_tokens`` is None); its duration comes from a cost model. Arrivals that land
-during a step wait for the next step boundary. A sequence emits its first token at the
-end of the step that finishes its prefill, then one token per step until it has emitted
-``output_tokens``.
+(forward passes); a step's duration comes from a cost model. Arrivals that land during
+a step wait for the next step boundary. A sequence emits its first token at the end of
+the step that finishes its prefill, then one token per step until it has emitted
+``output_tokens``. What goes into a step is the replica's *scheduling mode*
+(``Replica.mode``), each named after the real scheduler it imitates:
+
+* ``"combined"`` (the default): every decoding sequence plus up to ``chunk_tokens`` of
+  prompt prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with
+  no token cap. This is Orca-style iteration-level batching and the additive hybrid
+  batch of the book's worked examples.
+* ``"prefill_first"``: a step with prompts to prefill runs only prefill (whole prompts,
+  oldest first, up to ``max_batched_tokens`` prompt tokens); the decodes wait for the
+  next step without prefill. vLLM V0's default scheduler (no chunked prefill) and
+  DistServe's colocated baseline (``simdistserve``'s ``VLLMCluster``).
+* ``"mixed"``: token-budget steps. Every decoding sequence takes one token of a
+  ``max_batched_tokens`` budget first, then prompt chunks fill what is left, oldest
+  first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching and
+  SGLang's ``--chunked-prefill-size``.
 
 Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt``,
 ``edf``, ``priority``), admission by batch slots and KV-cache capacity (reserving the
 prompt, the expected or the maximum output), preemption with recompute when memory runs
 out, an optional prefix cache keyed by prompt block ids, a queue-depth cap and timeouts
 (recorded as ``rejected`` / ``timed_out``, never dropped), and several replicas behind a
-router (``random``, ``round_robin``, ``least_loaded``, or ``pooled``: one shared queue).
+router (``least_loaded`` by outstanding work, ``least_requests``, ``power_of_two``,
+prefix ``affinity`` with bounded load, ``random``, ``round_robin``, or ``pooled``: one
+shared queue; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
@@ -21,7 +35,10 @@ output of :func:`simulate`.
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import heapq
+import inspect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -33,11 +50,14 @@ import pandas as pd
 from . import _check
 from .params import LOCKED
 
-__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS"]
+__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
+           "MODES"]
 
+MODES = ("combined", "prefill_first", "mixed")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
-ROUTERS = ("least_loaded", "random", "round_robin", "pooled")
+ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
+           "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
 
 
@@ -86,9 +106,13 @@ class Replica:
         Decode step time (s): a constant, a ``{batch: seconds}`` table interpolated
         linearly (clamped at its ends), or a function ``batch -> seconds``.
     max_batch : int
-        Most sequences admitted at once (prefilling or decoding).
+        Most sequences admitted at once (prefilling or decoding); vLLM's
+        ``--max-num-seqs``, SGLang's ``--max-running-requests``. **Defaults to the
+        book's locked 32 even when you pass your own** ``step_time`` **or**
+        ``decode_step_s``: set it to your engine's value when you calibrate.
     chunk_tokens : int or None
-        Prefill tokens per step (chunked prefill); None runs each prompt whole.
+        ``mode="combined"`` only: prefill tokens per step (chunked prefill); None runs
+        each prompt whole.
     step_time : callable, optional
         Replaces the default cost model. Either
         ``step_time(prefill_tokens, decode_batch, decode_context_tokens) -> seconds``
@@ -119,7 +143,11 @@ class Replica:
     max_prompt_tokens : int or None
         Admission limit on prompt length: longer prompts are rejected on arrival.
     timeout_s : float or None
-        A request still waiting this long after arrival leaves as ``timed_out``.
+        A request still waiting this long after arrival leaves as ``timed_out``. This
+        includes waiting to be readmitted after a preemption: **a request preempted
+        after producing tokens can later leave as** ``timed_out`` **with**
+        ``first_token_s`` **(and** ``ttft_s``**) set**; its ``finish_s`` is then the
+        timeout, or its last token if that came later.
     shed_past_deadline : bool
         Drop a waiting request as ``timed_out`` once its ``deadline_s`` has passed
         (deadline shedding); otherwise late requests are still served.
@@ -128,6 +156,36 @@ class Replica:
         a running sequence (e.g. fewer remaining tokens under ``srpt``, a higher
         class under ``priority``), preempt the running one (recompute). Off: a started
         request keeps its slot.
+    mode : {"combined", "prefill_first", "mixed"}
+        What one step holds (see the module docstring for the engine each imitates).
+
+        * ``"combined"`` (default): all decodes plus up to ``chunk_tokens`` of prefill
+          (everything pending when None), no token cap. It stays the default because
+          every chapter's worked numbers are derived for this additive hybrid step (a
+          step costs decode + prefill) and the book's closed forms (the 530 ms stall,
+          ``C_max``) are stated for it; it is Orca's iteration-level batching with
+          whole or fixed-size chunks. Real engines cap a step's tokens: use one of the
+          other two modes to match one.
+        * ``"prefill_first"``: if any admitted sequence has prefill left, the step
+          runs only prefill: whole prompts, oldest admission first, as long as their
+          total stays within ``max_batched_tokens`` (the first always runs, so that a
+          recomputed preempted sequence longer than the cap still progresses);
+          decoding sequences wait. Admission stops at the first prompt that does not
+          fit the cap; a prompt longer than ``max_batched_tokens`` is rejected on
+          arrival (vLLM V0 ignores it the same way). vLLM V0 (no chunked prefill) and
+          DistServe's colocated baseline, whose ``simdistserve`` worker batches whole
+          prompts FIFO up to ``max_num_tokens`` (66,144 for OPT-13B on one A100) and
+          has no batch-size cap.
+        * ``"mixed"``: a token budget of ``max_batched_tokens`` per step; each
+          decoding sequence takes one token of it first (oldest admission first),
+          then prefill chunks fill the rest, oldest admission first; waiting requests
+          are admitted only while budget is left. vLLM V1 (``--max-num-batched-tokens``
+          with chunked prefill, its default), Sarathi-Serve, SGLang
+          (``--chunked-prefill-size``).
+    max_batched_tokens : int or None
+        Tokens per step for ``mode="prefill_first"`` (prompt tokens; None: no cap) and
+        ``mode="mixed"`` (decode plus prefill tokens; required). vLLM's
+        ``--max-num-batched-tokens``; DistServe's ``max_num_tokens``.
     """
 
     prefill_rate: float = LOCKED.prefill_rate
@@ -147,6 +205,8 @@ class Replica:
     timeout_s: float | None = None
     shed_past_deadline: bool = False
     preemptive: bool = False
+    mode: str = "combined"
+    max_batched_tokens: int | None = None
     _decode: Callable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -173,7 +233,38 @@ class Replica:
             _check.positive("timeout_s", self.timeout_s)
         if self.step_time is not None and not callable(self.step_time):
             raise ValueError(f"step_time must be callable, got {self.step_time!r}")
+        self._check_mode()
+        _flag("shed_past_deadline", self.shed_past_deadline)
+        _flag("preemptive", self.preemptive)
+        if self.step_time is not None and not getattr(self.step_time, "wants_detail", False):
+            _check_totals_signature(self.step_time)
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+
+    def _check_mode(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.max_batched_tokens is not None:
+            _check.whole("max_batched_tokens", self.max_batched_tokens)
+        if self.mode == "combined":
+            if self.max_batched_tokens is not None:
+                raise ValueError(
+                    f"max_batched_tokens={self.max_batched_tokens!r} is the step cap of "
+                    "mode='prefill_first' or 'mixed'; mode='combined' caps prefill per "
+                    "step with chunk_tokens")
+            return
+        if self.chunk_tokens is not None:
+            raise ValueError(
+                f"chunk_tokens={self.chunk_tokens!r} applies to mode='combined' only; "
+                f"mode={self.mode!r} sizes its steps with max_batched_tokens")
+        if self.mode == "mixed" and self.max_batched_tokens is None:
+            raise ValueError("mode='mixed' needs max_batched_tokens (the per-step token "
+                             "budget, e.g. vLLM V1's --max-num-batched-tokens), got None")
+
+    def token_cap(self) -> float:
+        """Tokens one step may hold in this mode (inf: no cap)."""
+        if self.mode == "combined" or self.max_batched_tokens is None:
+            return math.inf
+        return self.max_batched_tokens
 
     def queue_cap(self, priority: float) -> float:
         """Waiting requests at which an arrival of this priority is rejected."""
@@ -184,8 +275,16 @@ class Replica:
         return self.max_queue
 
     def decode_time(self, batch: int) -> float:
-        """Decode step time at ``batch`` sequences (s); 0 for an empty batch."""
-        return 0.0 if batch <= 0 else self._decode(batch)
+        """Decode step time at ``batch`` sequences (s); 0 for an empty batch. A
+        ``decode_step_s`` function that returns NaN, inf or a time <= 0 is an error."""
+        if batch <= 0:
+            return 0.0
+        seconds = self._decode(batch)
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"decode_step_s {_name(self.decode_step_s)} returned {seconds!r} "
+                             f"for a decode batch of {batch}; it must return a finite number "
+                             "of seconds > 0")
+        return seconds
 
     def cost(self, detail: StepDetail) -> float:
         """Duration of a step with this composition (s)."""
@@ -196,11 +295,44 @@ class Replica:
         else:
             seconds = self.step_time(detail.prefill_tokens, detail.decode_batch,
                                      int(detail.decode_context.sum()))
-        seconds = float(seconds)
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = math.nan
         if not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError(f"step_time returned {seconds!r} for a non-empty step; "
-                             "it must return a positive number of seconds")
+            raise ValueError(
+                f"step_time {_name(self.step_time)} returned {seconds!r} for a step of "
+                f"{detail.prefill_chunks.size} prefill chunk(s) ({detail.prefill_tokens} tokens) "
+                f"and {detail.decode_batch} decoding sequence(s) "
+                f"({int(detail.decode_context.sum())} context tokens); it must return a "
+                "finite number of seconds > 0")
         return seconds
+
+
+def _check_totals_signature(fn) -> None:
+    """A totals cost model takes three numbers; a one-argument one wants @detailed."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return                                    # builtins without a signature: trust
+    try:
+        signature.bind(0, 0, 0)
+    except TypeError:
+        try:
+            signature.bind(StepDetail(*(np.zeros(0, dtype=np.int64),) * 3))
+        except TypeError:
+            raise ValueError(
+                f"step_time {_name(fn)} must accept (prefill_tokens, decode_batch, "
+                "decode_context_tokens), or take one StepDetail and be decorated with "
+                "@servingcap.serving.detailed") from None
+        raise ValueError(
+            f"step_time {_name(fn)} takes one argument: if it expects a StepDetail, decorate "
+            "it with @servingcap.serving.detailed (otherwise it must accept prefill_tokens, "
+            "decode_batch, decode_context_tokens)") from None
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _decode_curve(spec) -> Callable[[int], float]:
@@ -231,18 +363,17 @@ class _Requests:
             if column not in frame.columns:
                 raise ValueError(f"requests is missing column {column!r}; has {list(frame.columns)}")
         self.n = n = len(frame)
-        self.arrival = _check.array("arrival_s", frame["arrival_s"].to_numpy(dtype=float))
+        self.arrival = _column(frame, "arrival_s")
         self.prompt = self._tokens(frame, "prompt_tokens", minimum=1)
         self.output = self._tokens(frame, "output_tokens", minimum=1)
         self.predicted = (self._tokens(frame, "predicted_output_tokens", minimum=0)
                           if "predicted_output_tokens" in frame else self.output)
-        self.priority = (frame["priority"].to_numpy(dtype=float)
-                         if "priority" in frame else np.zeros(n))
-        self.deadline = (_check.array("deadline_s", frame["deadline_s"].to_numpy(dtype=float))
-                         if "deadline_s" in frame else np.full(n, np.inf))
+        self.priority = _column(frame, "priority") if "priority" in frame else np.zeros(n)
+        self.deadline = _column(frame, "deadline_s") if "deadline_s" in frame else np.full(n, np.inf)
         if policy == "edf" and "deadline_s" not in frame:
             raise ValueError("policy 'edf' needs a deadline_s column in requests")
-        self.hash_ids = frame["hash_ids"].tolist() if "hash_ids" in frame else None
+        self.hash_ids = _block_ids(frame["hash_ids"]) if "hash_ids" in frame else None
+        self.session = frame["session_id"].tolist() if "session_id" in frame else None
         if replica.prefix_cache_blocks and self.hash_ids is None:
             raise ValueError("prefix_cache_blocks > 0 needs a hash_ids column in requests")
         self.reserve = self._reservation(frame, replica)
@@ -262,7 +393,7 @@ class _Requests:
 
     @staticmethod
     def _tokens(frame, column, minimum):
-        values = _check.array(column, frame[column].to_numpy(dtype=float))
+        values = _column(frame, column)
         bad = (values < minimum) | (values != np.round(values))
         if bad.any():
             i = int(bad.argmax())
@@ -283,6 +414,14 @@ class _Requests:
                              f"Replica({column.replace('predicted', 'expected')}=...)")
         return np.full(self.n, int(default), dtype=np.int64)
 
+    def affinity_key(self, i: int):
+        """What the ``affinity`` router hashes: first prompt block, session, or row."""
+        if self.hash_ids is not None and len(self.hash_ids[i]):
+            return ("block", self.hash_ids[i][0])
+        if self.session is not None:
+            return ("session", self.session[i])
+        return ("row", i)
+
     def key(self, i: int, policy: str) -> tuple:
         """Queue order: smaller first; ties by arrival then index."""
         if policy == "fcfs":
@@ -294,6 +433,50 @@ class _Requests:
         if policy == "edf":
             return (self.deadline[i], self.arrival[i], i)
         return (self.priority[i], self.arrival[i], i)
+
+
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric request column as finite floats, refusing dates, booleans and text."""
+    column = frame[name]
+    kind = column.dtype.kind
+    if kind in "mM":
+        raise ValueError(f"{name} must be numbers of seconds (or tokens), got dtype {column.dtype}; "
+                         "convert times with (t - t.min()).dt.total_seconds()")
+    if kind not in "iufO":
+        raise ValueError(f"{name} must hold numbers, got dtype {column.dtype}")
+    try:
+        values = column.to_numpy(dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must hold numbers, got {column.iloc[0]!r} ...: {exc}") from exc
+    return _check.array(name, values)
+
+
+def _block_ids(column: pd.Series) -> list:
+    """``hash_ids``: per request, a list of prompt-block ids (ints or strings)."""
+    ids = column.tolist()
+    for row, value in enumerate(ids):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
+            raise ValueError(f"hash_ids must hold a list of block ids per request, got {value!r} "
+                             f"at row {row}")
+        for block in value:
+            if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer, str)):
+                raise ValueError(f"hash_ids must hold block ids (ints or strings), got {block!r} "
+                                 f"in row {row}")
+    return ids
+
+
+def _flag(name: str, value) -> bool:
+    """A true/false option: only a real boolean (``'no'`` is not False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_seed(seed):
+    """None, a whole number >= 0, a SeedSequence or a Generator (what default_rng takes)."""
+    if seed is None or isinstance(seed, (np.random.SeedSequence, np.random.Generator)):
+        return seed
+    return _check.whole("seed", seed, minimum=0)
 
 
 class _Queue:
@@ -332,6 +515,7 @@ class _Engine:
         self.repeat = 1
         self.step_start = self.step_duration = 0.0
         self.log_row = -1
+        self.work = 0            # tokens still to process for requests routed here
 
     # ---- memory
     def _blocks(self, tokens) -> np.ndarray:
@@ -353,8 +537,23 @@ class _Engine:
         return math.inf if cap is None else cap // self.spec.kv_block_tokens
 
     def load(self) -> int:
-        """Outstanding requests (waiting here + admitted), for least-loaded routing."""
+        """Outstanding requests (waiting here + admitted), for ``least_requests``."""
         return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+
+    def work_at(self, t: float) -> int:
+        """Outstanding work (tokens) at time ``t``, for ``least_loaded``: what
+        :attr:`work` would be had the repeated decode steps ending before ``t`` been
+        applied one by one (they are applied together when the run ends)."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return self.work
+        ended = math.ceil((t - self.step_start) / self.step_duration) - 1
+        return self.work - min(max(ended, 0), self.repeat) * int(self.step_decode.size)
+
+    def enqueue(self, i: int) -> None:
+        """Route request ``i`` to this replica's queue and count its work."""
+        r = self.req
+        self.queue.push(r.key(i, self.policy), i)
+        self.work += int(r.prompt[i] + r.output[i])
 
     # ---- admission
     def _admit(self, now: float) -> None:
@@ -368,6 +567,8 @@ class _Engine:
             worst = max(range(len(keys)), key=keys.__getitem__)
             if not heap[0][0] < keys[worst]:
                 return
+            if not self._fits_step(heap[0][1], self._token_room()):
+                return                        # no room in this step: do not evict for nothing
             self._evict(self.running.pop(worst))
 
     def _evict(self, victim: int) -> None:
@@ -376,21 +577,48 @@ class _Engine:
         if victim in self.prefilling:
             self.prefilling.remove(victim)
         r.preemptions[victim] += 1
+        self.work += int(r.prompt[victim] + r.generated[victim] - r.prefill_left[victim])
         r.prefill_done[victim] = 0
         r.prefill_left[victim] = 0
         self.queue.push(r.key(victim, self.policy), victim)
 
+    def _token_room(self) -> float:
+        """Tokens of this step's cap not yet claimed by admitted work (inf: no cap).
+
+        ``prefill_first`` counts the prefill left of admitted sequences; ``mixed`` also
+        one token per decoding sequence."""
+        cap = self.spec.token_cap()
+        if cap == math.inf:
+            return cap
+        left = self.req.prefill_left
+        used = sum(int(left[i]) for i in self.prefilling)
+        if self.spec.mode == "mixed":
+            used += sum(1 for i in self.running if left[i] == 0)
+        return cap - used
+
+    def _fits_step(self, i: int, room: float) -> bool:
+        """Whether admitting ``i`` now keeps this step within the mode's token cap."""
+        if room == math.inf:
+            return True
+        if self.spec.mode == "mixed":
+            return room > 0                      # any leftover budget takes a chunk
+        need = self.req.prompt[i] + self.req.generated[i] - self._prefix_hit(i, touch=False)
+        return need <= room or not self.prefilling    # the first prompt always runs
+
     def _fill_free_slots(self, now: float) -> None:
         r, spec = self.req, self.spec
         heap = self.queue.heap
+        room = self._token_room()
         while heap and len(self.running) < spec.max_batch:
             _, i = heap[0]
             expiry = min(r.deadline[i] if spec.shed_past_deadline else math.inf,
                          math.inf if spec.timeout_s is None else r.arrival[i] + spec.timeout_s)
             if expiry <= now:
                 heapq.heappop(heap)
+                self.work -= int(r.prompt[i] + r.output[i])
                 r.outcome[i] = "timed_out"
-                r.finish[i] = expiry
+                # preempted after producing tokens: it leaves no earlier than its last one
+                r.finish[i] = expiry if r.generated[i] == 0 else max(expiry, r.last_token[i])
                 r.replica[i] = self.index if r.replica[i] < 0 else r.replica[i]
                 continue
             need = int(self._held([i])[0])
@@ -400,8 +628,12 @@ class _Engine:
                     f"kv_capacity_tokens={spec.kv_capacity_tokens} holds only {int(self._kv_limit)}")
             if self._kv_blocks_in_use() + need > self._kv_limit:
                 break                                     # head of line waits for memory
+            if not self._fits_step(i, room):
+                break                                     # the step's token cap is full
             heapq.heappop(heap)
             self._start(i, now)
+            if room != math.inf:
+                room -= r.prefill_left[i]
 
     def _start(self, i: int, now: float) -> None:
         r = self.req
@@ -412,17 +644,20 @@ class _Engine:
         r.cached[i] = max(r.cached[i], cached)
         r.prefill_done[i] = cached
         r.prefill_left[i] = r.prompt[i] + r.generated[i] - cached   # recompute after preemption
+        self.work -= cached
         self.running.append(i)
         self.prefilling.append(i)
 
-    def _prefix_hit(self, i: int) -> int:
-        if not self.spec.prefix_cache_blocks:
+    def _prefix_hit(self, i: int, touch: bool = True) -> int:
+        """Prompt tokens of ``i`` already in the prefix cache (``touch``: mark them used)."""
+        if not self.spec.prefix_cache_blocks or self.req.generated[i]:
             return 0
         hits = 0
         for block in self.req.hash_ids[i]:
             if block not in self.prefix:
                 break
-            self.prefix.move_to_end(block)
+            if touch:
+                self.prefix.move_to_end(block)
             hits += 1
         # always prefill at least one token: the last one produces the first output token
         return int(min(hits * self.spec.prefix_block_tokens, self.req.prompt[i] - 1))
@@ -447,9 +682,15 @@ class _Engine:
         """
         self._admit(now)
         r = self.req
-        decoding = np.array([i for i in self.running if r.prefill_left[i] == 0], dtype=np.int64)
-        chunks = self._chunks()
+        ready = np.array([i for i in self.running if r.prefill_left[i] == 0], dtype=np.int64)
+        decoding, chunks = self._compose(ready)
+        every_decode = decoding.size == ready.size         # mixed may leave some out
         decoding, chunks = self._make_room(decoding, chunks)
+        if self.spec.mode == "prefill_first" and not chunks and decoding.size == 0:
+            # memory preempted every prompt of a prefill-only step: decode instead
+            ready = np.array([i for i in self.running if r.prefill_left[i] == 0],
+                             dtype=np.int64)
+            decoding, chunks = self._make_room(ready, [])
         if not chunks and decoding.size == 0:
             self.busy_until = math.inf
             self.step_prefill, self.step_decode = [], decoding
@@ -461,7 +702,7 @@ class _Engine:
         )
         duration = self.spec.cost(detail)
         repeat = 1
-        if not chunks and self.spec.step_time is None:
+        if not chunks and self.spec.step_time is None and every_decode:
             repeat = self._identical_steps(decoding)
         self.step_prefill, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
@@ -509,9 +750,27 @@ class _Engine:
             k = lo
         return max(k, 1)
 
-    def _chunks(self) -> list[tuple[int, int]]:
-        """Prefill work for this step: (sequence, tokens), oldest admission first."""
-        budget = self.spec.chunk_tokens or math.inf
+    def _compose(self, decoding: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """The step the mode prescribes: (decoding sequences, prefill chunks)."""
+        mode = self.spec.mode
+        if mode == "combined":
+            return decoding, self._chunks(self.spec.chunk_tokens or math.inf)
+        cap = self.spec.token_cap()
+        if mode == "prefill_first":
+            chunks, used = [], 0
+            for i in self.prefilling:              # whole prompts, oldest first
+                need = int(self.req.prefill_left[i])
+                if chunks and used + need > cap:
+                    break
+                chunks.append((i, need))
+                used += need
+            return (decoding[:0] if chunks else decoding), chunks
+        decoding = decoding[:int(min(decoding.size, cap))]      # mixed: decodes first
+        return decoding, self._chunks(cap - decoding.size)
+
+    def _chunks(self, budget: float) -> list[tuple[int, int]]:
+        """Prefill work for this step: (sequence, tokens), oldest admission first, at
+        most ``budget`` tokens in total."""
         chunks = []
         for i in self.prefilling:
             if budget <= 0:
@@ -543,12 +802,16 @@ class _Engine:
         now, r = self.busy_until, self.req
         if self.repeat > 1:                      # identical decode steps taken at once
             d = self.step_decode
-            step = (now - r.last_token[d]) / self.repeat
-            r.max_gap[d] = np.maximum(r.max_gap[d], step)
+            step = (now - self.step_start) / self.repeat
+            # a sequence that sat out prefill-only steps waited before the run began
+            waited = self.step_start - r.last_token[d]
+            r.max_gap[d] = np.maximum(r.max_gap[d], step + waited)
             r.generated[d] += self.repeat - 1
             r.last_token[d] = now - step
+            self.work -= (self.repeat - 1) * d.size
         emitted = [self.step_decode]
         for i, take in self.step_prefill:
+            self.work -= take
             r.prefill_left[i] -= take
             r.prefill_done[i] += take
             if r.prefill_left[i] == 0:
@@ -564,6 +827,7 @@ class _Engine:
             r.max_gap[out[seen]] = np.maximum(r.max_gap[out[seen]], gaps[seen])
             r.last_token[out] = now
             r.generated[out] += 1
+            self.work -= out.size
             done = out[r.generated[out] >= r.output[out]]
             if done.size:
                 r.finish[done] = now
@@ -587,9 +851,68 @@ def check_fleet(replica, replicas, router: str, policy: str) -> int:
     return n
 
 
+class _Router:
+    """Picks the replica for each arrival (see :func:`simulate`'s ``router``)."""
+
+    POINTS = 64                                     # ring points per replica (affinity)
+
+    def __init__(self, name: str, engines: list, req: _Requests, rng, bound: float):
+        self.name, self.engines, self.req, self.rng = name, engines, req, rng
+        self.next_rr = 0
+        if name == "affinity":
+            self.bound = _check.number("affinity_bound", bound)
+            if self.bound < 1:
+                raise ValueError(f"affinity_bound must be >= 1, got {bound!r}")
+            ring = sorted((_stable_hash(("replica", e.index, p)), e.index)
+                          for e in engines for p in range(self.POINTS))
+            self.ring_keys = [h for h, _ in ring]
+            self.ring_replicas = [k for _, k in ring]
+
+    def pick(self, i: int) -> _Engine:
+        engines, name = self.engines, self.name
+        if name == "pooled":
+            return engines[0]
+        t = self.req.arrival[i]
+        if name == "least_loaded":
+            return min(engines, key=lambda e: (e.work_at(t), e.index))
+        if name == "least_requests":
+            return min(engines, key=lambda e: (e.load(), e.index))
+        if name == "random":
+            return engines[int(self.rng.integers(len(engines)))]
+        if name == "power_of_two":
+            if len(engines) == 1:
+                return engines[0]
+            a = int(self.rng.integers(len(engines)))
+            b = int(self.rng.integers(len(engines) - 1))
+            b += b >= a
+            return min(engines[a], engines[b], key=lambda e: (e.work_at(t), e.index))
+        if name == "affinity":
+            return self._affinity(i)
+        target = engines[self.next_rr % len(engines)]
+        self.next_rr += 1
+        return target
+
+    def _affinity(self, i: int) -> _Engine:
+        loads = [e.load() for e in self.engines]
+        cap = math.ceil(self.bound * (sum(loads) + 1) / len(self.engines))
+        start = bisect.bisect(self.ring_keys, _stable_hash(self.req.affinity_key(i)))
+        size = len(self.ring_keys)
+        for step in range(size):
+            k = self.ring_replicas[(start + step) % size]
+            if loads[k] + 1 <= cap:
+                return self.engines[k]
+        return min(self.engines, key=lambda e: (loads[e.index], e.index))   # unreachable
+
+
+def _stable_hash(key) -> int:
+    """A 64-bit hash that is the same in every process (Python's str hash is salted)."""
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
+
+
 def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
              router: str = "least_loaded", policy: str = "fcfs", seed=None,
-             until_s: float | None = None, step_log: bool = False):
+             until_s: float | None = None, step_log: bool = False,
+             affinity_bound: float = 1.25):
     """Replay ``requests`` through ``replicas`` copies of ``replica``.
 
     Parameters
@@ -603,18 +926,43 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         The replica model (default: the book's locked replica).
     replicas : int
         Number of identical replicas.
-    router : {"least_loaded", "random", "round_robin", "pooled"}
-        How arrivals are assigned: to the replica with the fewest outstanding requests,
-        uniformly at random, in turn, or to one queue shared by all replicas.
+    router : str
+        How arrivals are assigned to replicas (ties go to the lowest index):
+
+        * ``"least_loaded"``: the replica with the least outstanding *work*, counted in
+          tokens still to process for the requests routed there (waiting or admitted):
+          remaining prefill tokens (a whole prompt until it is admitted, less its
+          prefix-cache hit) plus output tokens still to emit, one per decode step.
+          Work sees how far each request has got, so a replica that has just emptied
+          is refilled only until its work matches the others'.
+        * ``"least_requests"``: the replica with the fewest outstanding requests
+          (waiting + admitted), blind to their progress. With equal output lengths it
+          synchronizes a fleet: requests admitted together finish together, the
+          emptied replica takes every new arrival until its count catches up, and
+          those prompts are prefilled together in one long step.
+        * ``"power_of_two"``: two distinct replicas drawn at random (``seed``), the one
+          with less outstanding work wins (Mitzenmacher's power of two choices).
+        * ``"affinity"``: prefix/session affinity with bounded load (consistent hashing
+          with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018). The key is the
+          first prompt block (``hash_ids[0]``), else a ``session_id`` column, else the
+          request's row; keys hash onto a ring of replicas (64 points each) and a
+          request goes to the first replica clockwise whose outstanding requests are
+          below ``ceil(affinity_bound * (total + 1) / replicas)``. Requests sharing a
+          prefix meet the same replica's prefix cache while no replica is overloaded.
+        * ``"random"``: uniformly at random (``seed``); ``"round_robin"``: in turn;
+          ``"pooled"``: one queue shared by all replicas (a perfect balancer).
     policy : {"fcfs", "sjf", "srpt", "edf", "priority"}
         Order of each waiting queue.
     seed : int, optional
-        Seed for the random router.
+        Seed for the ``random`` and ``power_of_two`` routers.
     until_s : float, optional
         Stop at this time; requests not finished by then are ``unfinished``.
     step_log : bool
         Also return a per-step DataFrame (start time, replica, duration, decode batch,
         prefill tokens, running, waiting, KV tokens in use).
+    affinity_bound : float
+        Load bound ``c >= 1`` of the ``affinity`` router: no replica takes more than
+        ``c`` times the mean outstanding requests (1.25 by default).
 
     Returns
     -------
@@ -622,10 +970,23 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         One row per request, in input order: ``arrival_s, prompt_tokens,
         output_tokens, replica, admitted_s, first_token_s, finish_s, ttft_s, tpot_s,
         max_gap_s, e2e_s, outcome, preemptions, cached_tokens`` (times in s; NaN where
-        the event did not happen, e.g. the first token of a rejected request).
+        the event did not happen, e.g. the first token of a rejected request). A
+        ``timed_out`` row has ``first_token_s`` set when the request was preempted after
+        its first token and then timed out waiting to be readmitted.
+
+    Raises
+    ------
+    ValueError
+        For bad input, naming it: a missing or non-numeric column (dates, booleans,
+        text), NaN or infinite values, malformed ``hash_ids``, an unknown router or
+        policy, a ``seed`` numpy cannot use, a non-boolean ``step_log``, or a cost
+        model that returns NaN, infinity or a time <= 0 for a step (the message gives
+        the step's composition).
     """
     replica = Replica() if replica is None else replica
     n_rep = check_fleet(replica, replicas, router, policy)
+    seed = _check_seed(seed)
+    _flag("step_log", step_log)
     horizon = math.inf if until_s is None else _check.positive("until_s", until_s)
     req = _Requests(requests, replica, policy)
     if replica.kv_capacity_tokens is not None and req.n:
@@ -648,7 +1009,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         engine = _Engine(k, replica, req, queue, policy, steps)
         queue.replicas.append(engine)
         engines.append(engine)
-    next_rr = 0
+    route = _Router(router, engines, req, rng, affinity_bound)
     a = 0
     touched: list[_Queue] = []                          # queues fed since the last wake-up
 
@@ -660,24 +1021,18 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         if a < req.n and t_arrival <= engine.busy_until:
             i = int(order[a])
             a += 1
-            if router == "pooled":
-                target = engines[0]
-            elif router == "least_loaded":
-                target = min(engines, key=lambda e: (e.load(), e.index))
-            elif router == "random":
-                target = engines[int(rng.integers(n_rep))]
-            else:
-                target = engines[next_rr % n_rep]
-                next_rr += 1
+            target = route.pick(i)
             queue = target.queue
-            too_long = (replica.max_prompt_tokens is not None
-                        and req.prompt[i] > replica.max_prompt_tokens)
+            too_long = ((replica.max_prompt_tokens is not None
+                         and req.prompt[i] > replica.max_prompt_tokens)
+                        or (replica.mode == "prefill_first"
+                            and req.prompt[i] > replica.token_cap()))
             # requests that will wait for a slot: the queue beyond the free slots it feeds
             backlog = len(queue) - sum(replica.max_batch - len(e.running) for e in queue.replicas)
             if too_long or backlog >= replica.queue_cap(req.priority[i]):
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
                 continue
-            queue.push(req.key(i, policy), i)
+            target.enqueue(i)
             if queue not in touched:
                 touched.append(queue)
             if a < req.n and req.arrival[order[a]] == t_arrival:
@@ -724,6 +1079,9 @@ def _result(frame: pd.DataFrame, req: _Requests, steps):
         return out
     columns = ["start_s", "replica", "duration_s", "decode_batch", "prefill_tokens",
                "running", "waiting", "kv_tokens"]
+    if not steps:                                   # nothing ran: an empty log, typed
+        return out, pd.DataFrame({c: pd.Series(dtype=float if c.endswith("_s") else np.int64)
+                                  for c in columns})
     raw = pd.DataFrame(steps, columns=columns + ["repeat"])
     log = raw.loc[raw.index.repeat(raw["repeat"]), columns].reset_index(drop=True)
     nth = raw["repeat"].to_numpy()
