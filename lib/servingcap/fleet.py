@@ -35,11 +35,15 @@ import pandas as pd
 
 from . import _check
 from .queues import MMc, erlang_c, halfin_whitt_prob_wait, sqrt_staffing
-from .serving import ROUTERS, Replica
+from .serving import Replica
 from .sim import fcfs_waits, poisson_arrivals
 
+#: Routers of the queue-level simulator :func:`routed_waits` (a subset of the serving
+#: simulator's :data:`servingcap.serving.ROUTERS`, with the same meanings).
+ROUTERS = ("pooled", "least_loaded", "least_requests", "random", "round_robin")
+
 __all__ = [
-    "FleetSizing", "size_fleet", "pooled_queue", "split_queue", "GpuBusy", "gpu_busy",
+    "ROUTERS", "FleetSizing", "size_fleet", "pooled_queue", "split_queue", "GpuBusy", "gpu_busy",
     "routed_waits", "slot_requests", "slot_replica", "FleetSearch", "smallest_fleet",
     "ServingCost", "serving_cost",
 ]
@@ -270,10 +274,13 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
         Arrival instants (s, non-decreasing) and slot holding times (s, >= 0).
     replicas, slots_per_replica : int
         Fleet shape, each >= 1.
-    router : {"pooled", "least_loaded", "random", "round_robin"}
+    router : {"pooled", "least_loaded", "least_requests", "random", "round_robin"}
         ``pooled``: one queue for every slot (M/M/c with c = replicas x slots);
-        ``least_loaded``: each arrival joins the replica with the fewest requests
-        waiting or in service (ties: lowest index), then waits there FCFS;
+        ``least_loaded``: each arrival joins the replica with the least outstanding work,
+        the slot-seconds still to serve of the requests waiting or in service there (the
+        serving simulator's ``least_loaded`` counts the same work in tokens);
+        ``least_requests``: the replica with the fewest requests waiting or in service;
+        ties go to the lowest index, then the request waits there FCFS;
         ``random``: a uniformly random replica; ``round_robin``: replicas in turn.
     rng : numpy.random.Generator or seed
         Used by the random router.
@@ -305,10 +312,11 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
             if mine.any():
                 waits[mine] = fcfs_waits(a[mine], s[mine], servers=slots)
         return waits
-    return _least_loaded(a, s, n, slots)
+    return _join_least(a, s, n, slots, by_work=router == "least_loaded")
 
 
-def _least_loaded(a: np.ndarray, s: np.ndarray, n: int, slots: int) -> np.ndarray:
+def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool) -> np.ndarray:
+    """Join-the-least router: by outstanding work (slot-seconds) or by request count."""
     if a.size and (np.diff(a) < 0).any():
         i = int(np.argmax(np.diff(a) < 0)) + 1
         raise ValueError(
@@ -317,19 +325,28 @@ def _least_loaded(a: np.ndarray, s: np.ndarray, n: int, slots: int) -> np.ndarra
     free = [[-math.inf] * slots for _ in range(n)]   # per replica: heap of slot free times
     leave = [[] for _ in range(n)]                   # per replica: heap of departure times
     load = [0] * n
+    spans = [[] for _ in range(n)]                   # per replica: (start, finish) not done
     for i, (arrive, serve) in enumerate(zip(a.tolist(), s.tolist(), strict=True)):
         for k in range(n):
             out = leave[k]
             while out and out[0] <= arrive:
                 heapq.heappop(out)
                 load[k] -= 1
-        k = min(range(n), key=load.__getitem__)
+        if by_work:
+            work = []
+            for k in range(n):
+                spans[k] = [(b, f) for b, f in spans[k] if f > arrive]
+                work.append(sum(f - (b if b > arrive else arrive) for b, f in spans[k]))
+            k = min(range(n), key=work.__getitem__)
+        else:
+            k = min(range(n), key=load.__getitem__)
         earliest = free[k][0]
         start = arrive if arrive > earliest else earliest
         waits[i] = start - arrive
         heapq.heapreplace(free[k], start + serve)
         heapq.heappush(leave[k], start + serve)
         load[k] += 1
+        spans[k].append((start, start + serve))
     return waits
 
 
