@@ -38,7 +38,7 @@ ALLOWED_EVERYWHERE = (
 ALLOWED = {
     "fast_model_slow_product": ("cause 2", "causes 4 and 5"),
     "littles_law": ("0 or 1",),
-    "utilization_knee": (),
+    "utilization_knee": ("Table 1", "Table 2"),
     "offered_load": (),
     "agent_amplification": (),
     "variance_penalty": (),
