@@ -40,7 +40,7 @@ ALLOWED = {
     "littles_law": ("0 or 1",),
     "utilization_knee": ("Table 1", "Table 2"),
     "offered_load": (),
-    "agent_amplification": (),
+    "agent_amplification": ("CV = 1", "CV = 0"),
     "variance_penalty": (),
 }
 
