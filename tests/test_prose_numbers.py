@@ -41,7 +41,7 @@ ALLOWED = {
     "utilization_knee": ("Table 1", "Table 2"),
     "offered_load": (),
     "agent_amplification": ("CV = 1", "CV = 0"),
-    "variance_penalty": (),
+    "variance_penalty": ("ln(100)", "ln 100", "from 2023"),
 }
 
 # pending re-derivation (issue 12): chapters 7-15's typed numbers as of this test's
