@@ -6,9 +6,10 @@ standard error of a simulated mean comes from batch means (20 contiguous batches
 90,000 customers, long against the queue's relaxation time at rho = 0.9, which is a few
 hundred service times). With Poisson arrivals Kingman *is* Pollaczek–Khinchine, so the
 only error is sampling: we allow 4 standard errors (a false alarm about once in 16,000
-runs, and the seed is fixed). With non-Poisson arrivals Kingman is an approximation
-whose relative error at rho = 0.9 is a few per cent for these C_a^2 and C_s^2 (Whitt
-1993 tabulates 1-10 %); we allow 4 standard errors plus 6 % of the simulated mean, and
+runs, and the seed is fixed). With non-Poisson arrivals Kingman is an approximation,
+exact only as rho -> 1; at rho = 0.9 its error for these gamma gaps and services was
+measured at -2.9 %, +1.3 % and +0.8 % (2,000,000 customers each, one seed), so we allow
+4 standard errors of sampling plus 6 % of the simulated mean for the approximation, and
 check that the test could fail by also asserting that the M/M/1 mean (which ignores the
 variability) misses by far more.
 """

@@ -439,9 +439,9 @@ class GG1:
     where C_a is the coefficient of variation of the gaps between arrivals and C_s that
     of the service times. With Poisson arrivals (C_a = 1) it *is* the
     Pollaczek–Khinchine mean of :class:`MG1`; otherwise it is an approximation that
-    becomes exact as rho -> 1 and is usually within some 10-20 % at the loads a plan
-    uses. It assumes independent gaps (a renewal arrival process): correlated bursts,
-    as in real traces, add waiting it does not see.
+    becomes exact as rho -> 1 (tests/test_gg1.py measures a few per cent of error at
+    rho = 0.9 for gamma gaps and services). It assumes independent gaps (a renewal
+    arrival process): correlated bursts, as in real traces, add waiting it does not see.
 
     Parameters
     ----------
