@@ -72,8 +72,8 @@ def test_appendix_shows_the_tested_command_and_lines():
 # chapter has a sample-size knob we shrink it: the output changes (so the test proves the
 # injected value is used) and the re-run is faster than the book's. utilization_knee is
 # covered by test_papermill_rerun_with_new_parameters above. Measured on the 2-core
-# build machine: 3 min 50 s for the fourteen re-runs, one after another (serial: the
-# machine has two cores and each kernel already uses one).
+# build machine: 3 to 6 min (3 min of CPU) for the fourteen re-runs, one after another
+# (serial: the machine has two cores and each kernel already uses one).
 CHANGED_PARAMETER = {
     "fast_model_slow_product": ("N_SIM", 20_000),
     "littles_law": ("HORIZON_S", 6 * 3600.0),
