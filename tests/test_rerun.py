@@ -80,6 +80,7 @@ CHANGED_PARAMETER = {
     "offered_load": ("TTFT_SLO_S", 2.0),
     "agent_amplification": ("SIM_REQUESTS", 200_000),
     "variance_penalty": ("N_CUSTOMERS", 200_000),
+    "step_time": ("CAL_REQUESTS", 200),
     "two_slos": ("N_REQUESTS", 2_000),
     "chunked_prefill": ("TTFT_SLO_S", 2.0),
     "kv_memory": ("MOONCAKE_SLICE_S", 300.0),
