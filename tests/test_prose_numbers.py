@@ -1,0 +1,190 @@
+"""Every number in chapter prose is computed (issue 12).
+
+A number a reader sees in a chapter's text must come from the code (a myst-nb
+``{glue:text}`` role), so that re-running the chapter with other parameters cannot leave
+stale numbers behind. This test scans the markdown cells of every chapter for numeric
+literals outside glue roles (and every other role), math, code spans, code blocks,
+labels and link targets. What is left must be covered by a short per-chapter allowlist
+of phrases (structure such as "cause 2", an HTTP status code, a name with a digit).
+
+Chapters 7-15 are re-derived by later work (the statistics and grounded-engine issues);
+their currently typed numbers are listed, per chapter, in ``PENDING_REDERIVATION``, so
+the test still fails on any *new* typed number there, and on any chapter of 1-6.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+# A numeric literal: digits with optional thousands separators and decimals, not glued to
+# a word (so "p99", "H100", "Llama-3" and "fp16" are names, not numbers).
+NUMBER = re.compile(r"(?<![\w.\-/])\d+(?:[,.]\d+)*(?![\w])")
+
+# Phrases that contain digits but are structure or names, allowed in every chapter.
+ALLOWED_EVERYWHERE = (
+    "N+1",
+    "HTTP 429",
+)
+
+# Per chapter: phrases with digits that are not computed quantities.
+ALLOWED = {
+    "fast_model_slow_product": ("cause 2", "causes 4 and 5"),
+    "littles_law": ("0 or 1",),
+    "utilization_knee": ("Table 1", "Table 2"),
+    "offered_load": (),
+    "agent_amplification": ("CV = 1", "CV = 0"),
+    "variance_penalty": ("ln(100)", "ln 100", "from 2023"),
+}
+
+# pending re-derivation (issue 12): chapters 7-15's typed numbers as of this test's
+# writing, as {literal: count}. Remove entries as the chapters are re-derived and glued;
+# never add to them.
+PENDING_REDERIVATION: dict[str, dict[str, int]] = {
+    "two_slos": {
+        "0": 1, "1": 4, "1.2": 3, "1.4": 1, "1.6": 1, "2": 1, "3": 2, "4": 1, "8": 2,
+        "10": 1, "12": 1, "16": 1, "20": 1, "24": 1, "30": 1, "32": 4, "33": 1, "50": 3,
+        "64": 1, "300": 2, "429": 1, "2,000": 4, "4,000": 1,
+    },
+    "chunked_prefill": {
+        "1": 4, "2": 1, "2.5": 1, "3": 1, "4": 1, "4.0": 1, "8": 2, "12.5": 1, "16": 2,
+        "25": 4, "30": 4, "32": 10, "50": 8, "64": 1, "80": 1, "100": 3, "128": 3,
+        "158": 1, "160": 5, "299": 1, "300": 3, "400": 1, "413": 1, "1,000": 4,
+        "1,024": 1, "1,250": 1, "2023": 1, "3,200": 1, "4,000": 9, "12,000": 1,
+    },
+    "kv_memory": {
+        "1": 4, "2": 3, "2.5": 1, "5": 2, "8": 3, "8.03": 1, "10": 3, "16": 6, "24": 6,
+        "32": 9, "64": 1, "70": 1, "70.6": 1, "80": 7, "128": 2, "300": 2, "320": 1,
+        "512": 1, "1,000": 4, "2,000": 2, "4096": 1, "8,000": 2, "8,192": 1,
+        "10,000": 2,
+    },
+    "goodput": {
+        "1": 5, "2": 2, "8": 1, "10": 3, "12": 1, "15": 1, "16": 1, "20": 1, "22": 1,
+        "25": 2, "30": 4, "32": 3, "34": 1, "40": 1, "50": 5, "55": 2, "60": 1, "61": 1,
+        "64": 1, "80": 2, "90": 2, "92": 1, "100": 2, "128": 1, "250": 2, "299": 2,
+        "300": 1, "350": 1, "650": 1, "1,000": 1, "1,164": 1, "2,000": 3, "4,000": 2,
+        "8,000": 1, "12,000": 1,
+    },
+    "scheduling_policies": {
+        "0": 1, "0.1": 1, "0.2": 1, "0.5": 1, "0.7": 1, "0.8": 1, "0.9": 2, "0.95": 1,
+        "1": 14, "1.6": 1, "2": 2, "2.0": 1, "2.7": 2, "2.9": 1, "4": 3, "7.4": 1,
+        "8": 4, "10": 2, "20": 2, "25": 1, "30": 1, "50": 2, "60": 4, "75": 1, "90": 1,
+        "100": 1, "110": 1, "130": 2, "300": 1, "500": 2, "1,000": 2, "1968": 1,
+        "1974": 1, "2,000": 2, "4,000": 2, "8,000": 1,
+    },
+    "admission_control": {
+        "0": 2, "1": 8, "1.5": 1, "2": 2, "3": 1, "5": 2, "10": 2, "20": 1, "30": 3,
+        "32": 3, "50": 2, "60": 2, "70": 1, "90": 2, "100": 1, "150": 2, "250": 2,
+        "300": 2, "350": 1, "429": 2, "600": 2, "750": 1, "2,000": 2, "16,000": 1,
+    },
+    "tail_latency": {
+        "0": 2, "0.5": 1, "0.6": 1, "1": 8, "1.2": 2, "1.3": 1, "2": 2, "5": 2, "10": 2,
+        "20": 3, "30": 3, "32": 2, "50": 1, "78": 1, "100": 1, "300": 1, "2,048": 1,
+        "8,000": 1, "12,000": 1, "20,000": 1, "48,000": 1,
+    },
+    "fleet_sizing": {
+        "0.25": 2, "0.65": 1, "1": 6, "3": 1, "9.25": 2, "10": 1, "11": 9, "30": 8,
+        "32": 5, "50": 3, "60": 1, "94": 1, "96": 1, "100": 1, "160": 1, "277.5": 1,
+        "288": 1, "299": 2, "311": 3, "352": 1, "512": 2, "750": 5, "2,000": 2,
+        "4,000": 1, "8,000": 1, "40,000": 1,
+    },
+    "capacity_planning": {
+        "0": 2, "1": 6, "2": 1, "3": 2, "4": 1, "5": 3, "6": 1, "7": 1, "8": 3, "9": 1,
+        "10": 10, "15": 1, "20": 4, "30": 4, "32": 1, "40": 1, "50": 1, "60": 5,
+        "80": 1, "90": 2, "99": 4, "100": 2, "120": 2, "250": 1, "300": 1, "429": 2,
+        "1,500": 1, "8,000": 1,
+    },
+}
+
+
+def _strip_fences(text: str) -> str:
+    """Drop code blocks; keep the body of directive fences (exercise, admonition...),
+    but not their opening line or option lines."""
+    out, fence, keep = [], None, True
+    for line in text.splitlines():
+        m = re.match(r"^\s*(`{3,}|~{3,}|:{3,})(.*)$", line)
+        if fence is None and m:
+            marker, info = m.group(1), m.group(2).strip()
+            fence = marker
+            directive = info.startswith("{") and not info.startswith(
+                ("{code", "{code-block", "{code-cell", "{literalinclude", "{math"))
+            keep = directive or marker.startswith(":")
+            continue
+        if fence is not None and line.strip() == fence:
+            fence = None
+            continue
+        if fence is not None and not keep:
+            continue
+        if re.match(r"^\s*:[\w-]+:", line):          # directive options (:label:, :class:)
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def prose(markdown: str) -> str:
+    """The reader-visible words of one markdown cell, without math, code and roles."""
+    text = _strip_fences(markdown)
+    text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    text = re.sub(r"\\begin\{(\w+\*?)\}.*?\\end\{\1\}", " ", text, flags=re.S)
+    text = re.sub(r"(?<!\\)\$[^$\n]+\$", " ", text)
+    text = re.sub(r"\{[\w:-]+\}`[^`]*`", " ", text)   # roles: glue, cite, doc, numref, ref
+    text = re.sub(r"`[^`\n]*`", " ", text)              # code spans
+    text = re.sub(r"^\([\w-]+\)=\s*$", " ", text, flags=re.M)   # labels
+    text = re.sub(r"\]\([^)]*\)", "]", text)            # link targets
+    text = re.sub(r"^(\s*)(#+\s+)?\d+\.\s", r"\1", text, flags=re.M)  # enumerations
+    return text
+
+
+def typed_numbers(path: Path) -> Counter:
+    """Numeric literals left in a chapter's prose after its allowlist."""
+    nb = nbformat.read(path, as_version=4)
+    allowed = ALLOWED_EVERYWHERE + ALLOWED.get(path.stem, ())
+    found: Counter = Counter()
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        text = prose(cell.source)
+        for phrase in allowed:
+            text = text.replace(phrase, " ")
+        found.update(NUMBER.findall(text))
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_typed_numbers_in_prose(path):
+    typed = typed_numbers(path)
+    pending = Counter(PENDING_REDERIVATION.get(path.stem, {}))
+    new = typed - pending
+    assert not new, (
+        f"{path.stem}: numbers typed in prose {dict(new)}; glue them from the code "
+        "(myst-nb {glue:text}) or, if they are structure, add the phrase to ALLOWED")
+
+
+def test_allowlists_name_real_chapters_and_phrases():
+    stems = {p.stem for p in CHAPTERS}
+    assert set(ALLOWED) <= stems and set(PENDING_REDERIVATION) <= stems
+    assert not set(ALLOWED) & set(PENDING_REDERIVATION)
+    for stem, phrases in ALLOWED.items():
+        nb = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        for phrase in phrases:
+            assert phrase in text, f"{stem}: allowlisted phrase {phrase!r} no longer used"
+
+
+def test_the_scanner_sees_what_a_reader_sees():
+    sample = (
+        "(ch-x)=\n# Title\n\nA route serves 100 requests/s at $\\rho = 0.8$ and "
+        "{glue:text}`rate:.2f` req/s, see {cite}`kingman1961` and `N = 32`.\n"
+        "1. first item with p99 and H100\n### 2. A heading\n"
+        "````{exercise}\n:label: x-ex-1\n\nA burst of 180 requests/s.\n````\n"
+        "```python\nx = 5\n```\n:::{admonition} Takeaway\n:class: tip\nabout 7 %\n:::\n"
+    )
+    assert NUMBER.findall(prose(sample)) == ["100", "180", "7"]
