@@ -47,7 +47,7 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters
+	$(BIN)/python -m pytest --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
 
 # Headless Debian Chromium (CI runs as root; Playwright never downloads a browser).
 chromium:
