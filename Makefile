@@ -19,7 +19,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 # What the HTML book is built from: a change to any of these makes _build/html stale.
 BOOK_SOURCES := _config.yml _toc.yml intro.md references.bib \
-	$(wildcard chapters/*.ipynb appendices/*.md lib/servingcap/*.py)
+	$(wildcard chapters/*.ipynb appendices/*.md appendices/*.ipynb lib/servingcap/*.py)
 BOOK_INDEX   := _build/html/index.html
 CHROMIUM     := /usr/bin/chromium
 
