@@ -140,7 +140,8 @@ def test_capacity_below_the_grid_is_not_the_first_rate():
     assert above.where == "above the grid" and above.describe() == "above the grid (> 0.80 req/s)"
     on = gp.capacity_on_grid([1.0, 2.0, 3.0, 4.0], [1.0, 0.95, 0.85, 0.1])
     assert on.where == "on the grid" and on.rate == pytest.approx(2.5)
-    assert on.describe() == "2.50 req/s"
+    assert on.describe() == "2.50 req/s" and on.describe(".1f", unit="") == "2.5"
+    assert found.describe(unit="") == "below the grid (< 0.26)"
     with pytest.raises(ValueError, match="rates must not be empty"):
         gp.capacity_on_grid([], [])
     with pytest.raises(ValueError, match=r"attainment must lie in \[0, 1\]"):

@@ -296,11 +296,12 @@ class GridCapacity(NamedTuple):
 
     def describe(self, fmt: str = ".2f", unit: str = "req/s") -> str:
         """The capacity as text: ``"1.23 req/s"``, ``"below the grid (< 0.40 req/s)"``..."""
+        tail = f" {unit}" if unit else ""
         if self.where == "below the grid":
-            return f"below the grid (< {self.lowest:{fmt}} {unit})"
+            return f"below the grid (< {self.lowest:{fmt}}{tail})"
         if self.where == "above the grid":
-            return f"above the grid (> {self.highest:{fmt}} {unit})"
-        return f"{self.rate:{fmt}} {unit}"
+            return f"above the grid (> {self.highest:{fmt}}{tail})"
+        return f"{self.rate:{fmt}}{tail}"
 
 
 def capacity_on_grid(rates, attainment, target: float = 0.9) -> GridCapacity:
