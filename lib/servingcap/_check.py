@@ -22,6 +22,40 @@ class UnstableQueueError(ValueError):
     """
 
 
+class NumericOverflowError(ValueError, OverflowError):
+    """Raised when every input is a finite number but the answer is not.
+
+    Floating point holds magnitudes up to about 1.8e308; past that an operation gives
+    ``inf`` (and later NaN). Returning that would be silent garbage, so the computation
+    stops and the message names the inputs whose size caused it. It is a ``ValueError``
+    (bad input) and an ``OverflowError`` (what went wrong).
+    """
+
+
+MAX_TOKENS = 10**12
+"""Largest token count accepted for one request (a trillion tokens, far past any
+context window). Larger counts are data errors; they would also overflow the int64
+token sums the simulators keep."""
+
+MAX_SERVERS = 10**12
+"""Largest number of servers the closed forms and simulators accept. Far past any fleet;
+it bounds the cost of the Erlang B series for overloaded loss systems."""
+
+
+def finite_result(value: float, detail: str) -> float:
+    """Return ``value`` if it is finite, else raise :class:`NumericOverflowError`.
+
+    ``detail`` names the parameters and values whose size overflowed, e.g.
+    ``"L=1e+308 / time_in_system=1e-308"``.
+    """
+    if not math.isfinite(value):
+        raise NumericOverflowError(
+            f"result overflows floating point ({detail} is beyond +-1.8e308); "
+            "use smaller units or check the inputs"
+        )
+    return value
+
+
 def number(name: str, value) -> float:
     """A finite real number (not bool, not NaN, not infinite)."""
     if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
@@ -82,6 +116,25 @@ def stable(utilization: float, detail: str) -> float:
     return utilization
 
 
+def points(name: str, values) -> np.ndarray:
+    """Real numbers of any shape (a scalar gives a 0-d array) at which a function such
+    as a CDF is evaluated: ``-inf`` and ``+inf`` are allowed, NaN, ``None``, strings and
+    booleans are not."""
+    if isinstance(values, (bool, np.bool_, str, bytes)) or values is None:
+        raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}")
+    try:
+        out = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}") from exc
+    if np.asarray(values).dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be a number or an array of numbers, got {values!r}")
+    if np.isnan(out).any():
+        i = np.unravel_index(int(np.argmax(np.isnan(out))), out.shape) if out.ndim else ()
+        where = f" at index {tuple(int(k) for k in i)}" if out.ndim else ""
+        raise ValueError(f"{name} must not be NaN, got nan{where}")
+    return out
+
+
 def array(name: str, values, *, nonnegative_values: bool = False) -> np.ndarray:
     """A 1-D float array of finite numbers (optionally all >= 0)."""
     try:
@@ -116,6 +169,13 @@ def arrivals_and_services(arrival_times, service_times, names=("arrival_times", 
         raise ValueError(
             f"{arrivals} must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}"
         )
+    if a.size:
+        # Every start, finish and wait of a FCFS queue lies within
+        # [min(a), max(a) + sum(s)], so when twice that span is finite nothing overflows.
+        with np.errstate(over="ignore"):
+            reach, total = float(np.abs(a).max()), float(s.sum())
+        finite_result(2 * (reach + total),
+                      f"max |{arrivals}| + sum({services}) = {reach:.3g} + {total:.3g} s")
     return a, s
 
 

@@ -33,13 +33,23 @@ def fcfs_waits(arrival_times, service_times, servers: int = 1) -> np.ndarray:
         Service durations (s), >= 0, same length.
     servers : int
         Number of servers sharing one queue, >= 1. A request starts on the server that
-        frees up first (the pooled queue of M/M/c).
+        frees up first (the pooled queue of M/M/c). With at least as many servers as
+        requests nobody waits, so any count past ``len(arrival_times)`` gives the same
+        (exact) answer without allocating a server each.
 
     Returns
     -------
     numpy.ndarray
         Time each request waits before its service starts (s), >= 0.
         Response time is ``waits + service_times``.
+
+    Raises
+    ------
+    ValueError
+        For NaN, infinite or negative inputs, unsorted arrivals, mismatched lengths or
+        ``servers < 1``; :class:`~servingcap._check.NumericOverflowError` (a
+        ``ValueError``) when arrival times plus the total service time exceed the
+        floating-point range (about 1.8e308 s), where the waits would be ``inf``.
     """
     a, s = _check.arrivals_and_services(arrival_times, service_times)
     c = _check.whole("servers", servers)
@@ -47,6 +57,8 @@ def fcfs_waits(arrival_times, service_times, servers: int = 1) -> np.ndarray:
         return np.zeros(0)
     if c == 1:
         return _one_server(a, s)
+    if c >= a.size:
+        return np.zeros_like(a)
     return _many_servers(a, s, c)
 
 

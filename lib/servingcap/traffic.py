@@ -69,7 +69,8 @@ def load_trace(name: str) -> pd.DataFrame:
         One of :data:`TRACES` (``"azure_conv"``, ``"azure_code"``, ``"mooncake"``), or
         a path to a file in one of the two formats: an Azure-style CSV with columns
         ``TIMESTAMP, ContextTokens, GeneratedTokens``, or a Mooncake-style JSON-lines
-        file with ``timestamp`` (ms), ``input_length``, ``output_length``.
+        file with ``timestamp`` (numbers in milliseconds, from the trace start or the
+        Unix epoch, or ISO 8601 strings), ``input_length``, ``output_length``.
 
     Returns
     -------
@@ -79,8 +80,9 @@ def load_trace(name: str) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        For an unknown name, a missing column, or values that are not valid
-        (unparseable times, negative or non-integer token counts).
+        For an unknown name, an empty or unparseable file, a missing column, or values
+        that are not valid (unparseable or mixed-type times, negative, non-integer or
+        larger than ``_check.MAX_TOKENS`` token counts); the message names the file.
     FileNotFoundError
         When the file is not there.
     """
@@ -104,7 +106,10 @@ def _require(frame: pd.DataFrame, columns, path: Path) -> None:
 
 
 def _read_azure(path: Path) -> pd.DataFrame:
-    frame = pd.read_csv(path)
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path.name}: not a readable CSV trace ({exc})") from exc
     _require(frame, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], path)
     try:
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601")
@@ -119,17 +124,61 @@ def _read_azure(path: Path) -> pd.DataFrame:
 
 def _read_mooncake(path: Path) -> pd.DataFrame:
     try:
-        frame = pd.read_json(path, lines=True)
-    except ValueError as exc:
+        # dtype=False: pandas would otherwise turn a "timestamp" column of
+        # epoch numbers or ISO strings into datetimes (nanoseconds), which then read as
+        # milliseconds stretch the trace; _mooncake_seconds decides the unit instead.
+        frame = pd.read_json(path, lines=True, dtype=False)
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path.name}: not valid JSON lines ({exc})") from exc
+    if frame.empty:
+        raise ValueError(f"{path.name}: the trace has no requests")
     _require(frame, ["timestamp", "input_length", "output_length"], path)
-    stamps = pd.to_numeric(frame["timestamp"], errors="coerce")
-    out = pd.DataFrame({"arrival_s": (stamps - stamps.min()) / 1000.0,
+    out = pd.DataFrame({"arrival_s": _mooncake_seconds(frame["timestamp"], path),
                         "prompt_tokens": frame["input_length"],
                         "output_tokens": frame["output_length"]})
     if "hash_ids" in frame.columns:
         out["hash_ids"] = frame["hash_ids"]
     return out
+
+
+def _mooncake_seconds(stamps: pd.Series, path: Path) -> pd.Series:
+    """Seconds since the first request from a JSONL ``timestamp`` column.
+
+    Numbers are milliseconds (Mooncake's unit, from the trace start or from the Unix
+    epoch: only differences matter); strings are ISO 8601 date-times (a time zone
+    offset is honoured, none means UTC). Anything else, or a mix, is refused.
+    """
+    kinds = {type(v).__name__ for v in stamps}
+    if stamps.dtype.kind in "iuf":
+        ms = stamps.astype(float)
+        if ms.isna().any() or not np.isfinite(ms).all():
+            row = int((~np.isfinite(ms.to_numpy())).argmax())
+            raise ValueError(f"{path.name}: row {row} has a missing or unparseable timestamp "
+                             f"({stamps.iloc[row]!r})")
+        first = float(ms.min())
+        # Epoch milliseconds lie in [1e11, 1e14) (years 1973 to 5138). A trace starting
+        # past 1e9 outside that range is in another epoch unit (1.7e9 seconds, 1.7e15
+        # microseconds, 1.7e18 nanoseconds): refuse rather than stretch or squeeze it.
+        if first >= 1e9 and not 1e11 <= first < 1e14:
+            unit = "seconds" if first < 1e11 else "microseconds or nanoseconds"
+            raise ValueError(
+                f"{path.name}: timestamp {first:.6g} looks like a Unix time in {unit}; "
+                "numeric timestamps must be milliseconds (or use ISO 8601 strings)"
+            )
+        return (ms - first) / 1000.0
+    if kinds == {"str"}:
+        try:
+            when = pd.to_datetime(stamps, format="ISO8601", utc=True)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path.name}: timestamp strings must be ISO 8601 date-times "
+                             f"({exc})") from exc
+        return (when - when.min()).dt.total_seconds()
+    row = next((i for i, v in enumerate(stamps) if type(v) is not type(stamps.iloc[0])), 0)
+    raise ValueError(
+        f"{path.name}: row {row} has a missing or unparseable timestamp "
+        f"({stamps.iloc[row]!r}); timestamps must be all numbers (milliseconds) or all "
+        f"ISO 8601 strings, got {sorted(kinds)}"
+    )
 
 
 def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -140,13 +189,14 @@ def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         raise ValueError(f"{path.name}: row {row} has a missing or unparseable timestamp")
     for column in ("prompt_tokens", "output_tokens"):
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values))
+        bad = (~np.isfinite(values) | (values < 0) | (values != np.round(values))
+               | (values > _check.MAX_TOKENS))
         if bad.any():
             row = int(bad.argmax())
             raw = frame[column].iloc[row]
             shown = raw.item() if hasattr(raw, "item") else raw
             raise ValueError(f"{path.name}: row {row} has {column} = {shown!r}, "
-                             "expected a whole number of tokens >= 0")
+                             f"expected a whole number of tokens from 0 to {_check.MAX_TOKENS:.0e}")
         frame[column] = values.astype(np.int64)
     frame["arrival_s"] = frame["arrival_s"].astype(float)
     return frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
