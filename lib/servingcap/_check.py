@@ -42,6 +42,88 @@ MAX_SERVERS = 10**12
 it bounds the cost of the Erlang B series for overloaded loss systems."""
 
 
+class TooLargeError(ValueError, MemoryError):
+    """Raised when valid-looking inputs ask for more memory than the machine has
+    (e.g. ten trillion samples). A ``ValueError`` naming the inputs, not a traceback
+    from deep inside numpy."""
+
+
+def _shown(args: dict) -> str:
+    parts = []
+    for key, value in args.items():
+        if isinstance(value, (bool, int, float, str, type(None), np.integer, np.floating)):
+            parts.append(f"{key}={value!r}")
+        elif hasattr(value, "__len__"):
+            parts.append(f"{key}=<{len(value)} values>")
+        else:
+            parts.append(f"{key}=<{type(value).__name__}>")
+    return ", ".join(parts) or "its inputs"
+
+
+def label(name: str, value) -> str:
+    """A column or key name: a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a column name (a non-empty string), got {value!r}")
+    return value
+
+
+def guarded(func):
+    """Decorate a public function whose answer must be finite.
+
+    Every valid input gives exactly the undecorated result. When finite inputs make
+    the arithmetic overflow -- a float result of ``inf`` or NaN, a numpy overflow or
+    invalid-value warning, ``OverflowError`` from converting ``inf`` to an int -- the
+    call raises :class:`NumericOverflowError` naming the function and its scalar
+    inputs instead of returning garbage; a ``MemoryError`` becomes
+    :class:`TooLargeError` the same way.
+    """
+    import functools
+    import inspect
+    import warnings
+
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        def inputs():
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return "its inputs"
+            return _shown(bound.arguments)
+
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", category=RuntimeWarning,
+                                        message=r"(overflow|invalid value)")
+                result = func(*args, **kwargs)
+        except (OverflowError, FloatingPointError, RuntimeWarning) as exc:
+            if isinstance(exc, ValueError):
+                raise
+            raise NumericOverflowError(
+                f"{func.__name__}: the result overflows floating point for {inputs()} "
+                f"({exc}); use smaller units or check the inputs") from exc
+        except MemoryError as exc:
+            if isinstance(exc, ValueError):
+                raise
+            raise TooLargeError(f"{func.__name__}: not enough memory for {inputs()} "
+                                f"({exc})") from exc
+        values = result if isinstance(result, tuple) else (result,)
+        for value in values:
+            if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+                raise NumericOverflowError(
+                    f"{func.__name__}: the result is {float(value)!r} for {inputs()}; "
+                    "the inputs are too large or too small for floating point")
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size \
+                    and not np.isfinite(value).all():
+                raise NumericOverflowError(
+                    f"{func.__name__}: the result holds non-finite values for {inputs()}; "
+                    "the inputs are too large or too small for floating point")
+        return result
+
+    return wrapper
+
+
 def finite_result(value: float, detail: str) -> float:
     """Return ``value`` if it is finite, else raise :class:`NumericOverflowError`.
 
@@ -103,6 +185,35 @@ def whole(name: str, value, minimum: int = 1) -> int:
     if out < minimum:
         raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return out
+
+
+def generator(name: str, seed) -> np.random.Generator:
+    """``numpy.random.default_rng(seed)``: a ``Generator`` (returned as is), ``None``, a
+    non-negative int, a sequence of them or a ``SeedSequence``; anything else raises a
+    ``ValueError`` naming the parameter. Valid seeds give exactly numpy's stream."""
+    if isinstance(seed, (bool, np.bool_, float, np.floating, str, bytes)):
+        raise ValueError(f"{name} must be a seed (an int >= 0, a sequence of them) or a "
+                         f"numpy Generator, got {seed!r}")
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a seed (an int >= 0, a sequence of them) or a "
+                         f"numpy Generator, got {seed!r} ({exc})") from exc
+
+
+MAX_SAMPLES = 10**9
+"""Largest number of samples (requests, draws) one call may ask for: a billion float64
+values already take 8 GB. Larger requests are refused up front instead of failing
+inside numpy with a MemoryError."""
+
+
+def size(name: str, value, minimum: int = 1) -> int:
+    """A sample count: a whole number from ``minimum`` to :data:`MAX_SAMPLES`."""
+    n = whole(name, value, minimum=minimum)
+    if n > MAX_SAMPLES:
+        raise ValueError(f"{name} must be <= {MAX_SAMPLES:.0e} (samples held in memory), "
+                         f"got {value!r}")
+    return n
 
 
 def stable(utilization: float, detail: str) -> float:
@@ -177,6 +288,25 @@ def arrivals_and_services(arrival_times, service_times, names=("arrival_times", 
         finite_result(2 * (reach + total),
                       f"max |{arrivals}| + sum({services}) = {reach:.3g} + {total:.3g} s")
     return a, s
+
+
+def column(frame, name: str, table: str = "requests") -> np.ndarray:
+    """``frame[name]`` as a float array (NaN and inf kept: callers decide what they
+    mean), or a ``ValueError`` naming the table parameter and the column when the
+    table is not a DataFrame, lacks the column, or holds something other than numbers
+    (strings, dates, objects) in it."""
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError(f"{table} must be a pandas DataFrame, got {type(frame).__name__}")
+    if name not in frame.columns:
+        raise ValueError(f"{table} is missing column {name!r}; it has {list(frame.columns)}")
+    values = frame[name]
+    if pd.api.types.is_bool_dtype(values) or not (
+            pd.api.types.is_numeric_dtype(values) or values.dtype == object):
+        raise ValueError(f"{table} column {name!r} must hold numbers, got dtype {values.dtype}")
+    try:
+        return values.to_numpy(dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{table} column {name!r} must hold numbers ({exc})") from exc
 
 
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")

@@ -79,7 +79,7 @@ def scale_prompts(requests, factor: float = 2.0) -> pd.DataFrame:
     """
     f = _check.positive("factor", factor)
     out = label(requests)
-    out["prompt_tokens"] = np.maximum(1, np.rint(out["prompt_tokens"].to_numpy(dtype=float) * f)
+    out["prompt_tokens"] = np.maximum(1, np.rint(_check.column(out, "prompt_tokens", "requests") * f)
                                       ).astype(np.int64)
     return _sorted(out)
 
@@ -118,10 +118,10 @@ def retry_storm(requests, start_s: float, duration_s: float, delay_s: float,
     if not 0 <= p <= 1:
         raise ValueError(f"share must be in [0, 1], got {share!r}")
     base = label(requests)
-    t = base["arrival_s"].to_numpy(dtype=float)
+    t = _check.column(base, "arrival_s", "requests")
     hit = (t >= lo) & (t < hi) & (base["attempt"].to_numpy() == 0)
     if p < 1:
-        hit &= np.random.default_rng(seed).random(len(base)) < p
+        hit &= _check.generator("seed", seed).random(len(base)) < p
     retries = base[hit].copy()
     retries["arrival_s"] = retries["arrival_s"] + delay
     retries["attempt"] = retries["attempt"] + 1
@@ -141,7 +141,7 @@ def assign_tenants(requests, shares: Mapping[str, float], seed=0) -> pd.DataFram
     if abs(weights.sum() - 1.0) > 1e-9:
         raise ValueError(f"shares must sum to 1, got {weights.sum()!r}")
     out = label(requests)
-    draw = np.random.default_rng(seed).choice(len(names), size=len(out), p=weights)
+    draw = _check.generator("seed", seed).choice(len(names), size=len(out), p=weights)
     out["tenant"] = np.array(names, dtype=object)[draw]
     return out
 
@@ -184,10 +184,10 @@ def tenant_burst(requests, tenant: str, start_s: float, duration_s: float,
     f = _check.number("factor", factor)
     if f < 1:
         raise ValueError(f"factor must be >= 1 (a rate multiplier), got {factor!r}")
-    rng = np.random.default_rng(seed)
+    rng = _check.generator("seed", seed)
     mine = base[(base["tenant"] == tenant) & (base["attempt"] == 0)].sort_values(
         "arrival_s", kind="stable")
-    t = mine["arrival_s"].to_numpy(dtype=float)
+    t = _check.column(mine, "arrival_s", "requests")
     inside = (t >= lo) & (t < hi)
     rows = mine[inside]
     times = t[inside]

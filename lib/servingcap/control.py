@@ -329,6 +329,7 @@ def simulate_control(arrivals, dt_s: float, replica_rate: float, controller: Con
     return ControlRun(timeline=timeline, dt_s=dt, replica_rate=mu)
 
 
+@_check.guarded
 def poisson_counts(rates_rps, dt_s: float, rng) -> np.ndarray:
     """Poisson arrivals per interval for a rate profile (requests per interval).
 
@@ -337,9 +338,10 @@ def poisson_counts(rates_rps, dt_s: float, rng) -> np.ndarray:
     """
     r = _check.array("rates_rps", rates_rps, nonnegative_values=True)
     dt = _check.positive("dt_s", dt_s)
-    return np.random.default_rng(rng).poisson(r * dt).astype(float)
+    return _check.generator("rng", rng).poisson(r * dt).astype(float)
 
 
+@_check.guarded
 def diurnal_rates(duration_s: float, dt_s: float, mean_rps: float, swing: float,
                   period_s: float = 86_400.0, trough_at_s: float = 0.0) -> np.ndarray:
     """A sinusoidal daily load profile, one rate (requests/s) per interval.

@@ -48,6 +48,7 @@ __all__ = [
 # --------------------------------------------------------------------------- closed forms
 
 
+@_check.guarded
 def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
                  replicas: int) -> MMc:
     """All slots of the fleet behind one queue: M/M/(replicas * slots) at ``arrival_rate``.
@@ -62,6 +63,7 @@ def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
     return MMc(lam, 1.0 / hold, slots * n)
 
 
+@_check.guarded
 def split_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
                 replicas: int) -> MMc:
     """One replica's queue under random routing: M/M/slots at ``arrival_rate / replicas``.
@@ -220,6 +222,7 @@ class GpuBusy:
         return self.prefill + self.decode
 
 
+@_check.guarded
 def gpu_busy(arrival_rate: float, replicas: int, prefill_s: float, output_tokens: float,
              decode_step_s: float, batch: int) -> GpuBusy:
     """GPU-time budget of one colocated replica (additive cost model, even routing).
@@ -296,7 +299,7 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
         return fcfs_waits(a, s, servers=n * slots)
     if router in ("random", "round_robin"):
         if router == "random":
-            target = np.random.default_rng(rng).integers(n, size=a.size)
+            target = _check.generator("rng", rng).integers(n, size=a.size)
         else:
             target = np.arange(a.size) % n
         waits = np.empty_like(a)
@@ -333,6 +336,7 @@ def _least_loaded(a: np.ndarray, s: np.ndarray, n: int, slots: int) -> np.ndarra
     return waits
 
 
+@_check.guarded
 def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float = 0.001,
                   service: str = "exponential") -> pd.DataFrame:
     """Requests for the serving simulator's *slot model*: each holds a slot ~``hold_s``.
@@ -357,7 +361,7 @@ def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float
     service : {"exponential", "deterministic"}
     """
     lam = _check.positive("arrival_rate", arrival_rate)
-    count = _check.whole("n", n)
+    count = _check.size("n", n)
     hold = _check.positive("hold_s", hold_s)
     step = _check.positive("step_s", step_s)
     if service not in ("exponential", "deterministic"):
@@ -366,7 +370,7 @@ def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float
     if steps < 1:
         raise ValueError(
             f"hold_s must be at least one step_s, got hold_s={hold!r}, step_s={step!r}")
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     arrivals = poisson_arrivals(lam, count, rng)
     if service == "exponential":
         tokens = rng.geometric(1.0 / steps, count)
@@ -482,6 +486,7 @@ class ServingCost:
     """Number of good requests priced."""
 
 
+@_check.guarded
 def serving_cost(replicas: int, good_rate: float, price_per_replica_hour: float,
                  per: int = 1000) -> ServingCost:
     """Replica-hours (and price) per ``per`` requests that met every SLO.

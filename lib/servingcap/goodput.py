@@ -49,6 +49,7 @@ def _measured(measured) -> dict:
             for b, s in measured.items()}
 
 
+@_check.guarded
 def tokens_per_s(batch, step_s):
     """Decode throughput (tokens/s) of a batch of ``batch`` sequences: ``batch / step_s``.
 
@@ -102,6 +103,7 @@ def batch_curve(measured, tpot_slo_s: float = LOCKED.tpot_slo_s, batches=None) -
                          "goodput_tokens_per_s": np.where(feasible, rate, 0.0)})
 
 
+@_check.guarded
 def best_feasible_batch(measured, tpot_slo_s: float = LOCKED.tpot_slo_s) -> tuple[float, float]:
     """The measured batch size with the most tokens/s whose step meets the objective.
 
@@ -264,6 +266,7 @@ def load_sweep(rates: Iterable[float], run: Callable, *, ttft_slo_s: float = LOC
     return pd.DataFrame(rows).set_index("offered_rps")
 
 
+@_check.guarded
 def goodput_knee(offered, goodput_rps) -> float:
     """The offered load (requests/s) at which goodput peaks on a sweep grid.
 
@@ -278,6 +281,7 @@ def goodput_knee(offered, goodput_rps) -> float:
     return float(x[int(np.argmax(y))])
 
 
+@_check.guarded
 def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
     """The largest rate whose SLO attainment stays at or above ``target``.
 
@@ -294,6 +298,7 @@ def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
     return first_crossing(rates, 1.0 - a, 1.0 - goal)
 
 
+@_check.guarded
 def pool_split(gpus: int, prefill_rps: float, decode_rps: float) -> tuple[int, float]:
     """Best integer split of ``gpus`` between a prefill and a decode pool (fluid bound).
 

@@ -50,6 +50,7 @@ def _utilizations(name: str, rho) -> np.ndarray:
     return values
 
 
+@_check.guarded
 def marginal_cost(rho, mean_service: float = 1.0):
     """dW/drho = S / (1 - rho)**2: the M/M/1 mean-response cost of more utilization.
 
@@ -72,6 +73,7 @@ def marginal_cost(rho, mean_service: float = 1.0):
     return float(out[0]) if np.ndim(rho) == 0 else out
 
 
+@_check.guarded
 def mm1_knee(cost_per_point: float = 1.0, point: float = 0.01) -> float:
     """The M/M/1 knee: the utilization where one more ``point`` costs ``cost_per_point`` S.
 
@@ -101,6 +103,7 @@ def mm1_knee(cost_per_point: float = 1.0, point: float = 0.01) -> float:
     return 1.0 - math.sqrt(d / c)
 
 
+@_check.guarded
 def find_knee(utilization, mean_response, mean_service: float,
               cost_per_point: float = 1.0, point: float = 0.01) -> float:
     """The knee of any mean-response curve, by the book's definition, found numerically.
@@ -157,6 +160,7 @@ def find_knee(utilization, mean_response, mean_service: float,
     return float(x0 + (x1 - x0) * (0 - y0) / (y1 - y0))
 
 
+@_check.guarded
 def max_utilization_for_quantile(target: float, p: float = 0.99,
                                  mean_service: float = 1.0) -> float:
     """The highest M/M/1 utilization whose p-quantile response meets ``target``.
@@ -191,6 +195,7 @@ def max_utilization_for_quantile(target: float, p: float = 0.99,
     return 1.0 - floor / t
 
 
+@_check.guarded
 def headroom_gain(rho, p: float = 0.99, mean_service: float = 1.0,
                   point: float = 0.01):
     """Seconds of p-quantile response bought back by running one ``point`` lower.

@@ -90,11 +90,13 @@ LLAMA_3_1_8B_PARAMS = 8.03e9
 """Llama-3.1-8B parameter count (8.03 billion), as published with the model."""
 
 
+@_check.guarded
 def weights_bytes(params: float, dtype_bytes: float = 2) -> float:
     """Bytes the weights occupy: parameter count x bytes per parameter."""
     return _check.positive("params", params) * _check.positive("dtype_bytes", dtype_bytes)
 
 
+@_check.guarded
 def kv_budget_tokens(memory_bytes: float, bytes_per_token: float, weights_bytes: float = 0.0,
                      reserve_bytes: float = 0.0) -> int:
     """Tokens of KV cache that fit beside the weights (whole tokens, rounded down).
@@ -115,6 +117,7 @@ def kv_budget_tokens(memory_bytes: float, bytes_per_token: float, weights_bytes:
     return int(math.floor(free / per_token))
 
 
+@_check.guarded
 def sequences_that_fit(capacity_tokens: int, sequence_tokens: int, block_tokens: int = 1) -> int:
     """Whole sequences of ``sequence_tokens`` that fit in ``capacity_tokens``.
 
@@ -140,12 +143,14 @@ def _lengths(name: str, tokens) -> np.ndarray:
     return values.astype(np.int64)
 
 
+@_check.guarded
 def blocks_per_sequence(tokens, block_tokens: int = 16) -> np.ndarray:
     """Blocks a sequence of ``tokens`` tokens occupies under paging: ``ceil(tokens / B)``."""
     block = _check.whole("block_tokens", block_tokens)
     return -(-_lengths("tokens", tokens) // block)
 
 
+@_check.guarded
 def internal_fragmentation(tokens, block_tokens: int = 16) -> np.ndarray:
     """Tokens of slack in each sequence's last block: ``B * ceil(tokens / B) - tokens``.
 
@@ -157,6 +162,7 @@ def internal_fragmentation(tokens, block_tokens: int = 16) -> np.ndarray:
     return -(-lengths // block) * block - lengths
 
 
+@_check.guarded
 def contiguous_reserved(tokens, max_tokens: int) -> np.ndarray:
     """Tokens reserved per sequence by a contiguous allocator: ``max_tokens`` each.
 
@@ -172,11 +178,13 @@ def contiguous_reserved(tokens, max_tokens: int) -> np.ndarray:
     return np.full(lengths.shape, cap, dtype=np.int64)
 
 
+@_check.guarded
 def paged_reserved(tokens, block_tokens: int = 16) -> np.ndarray:
     """Tokens reserved per sequence by a paged allocator: whole blocks, ``B * ceil(tokens / B)``."""
     return blocks_per_sequence(tokens, block_tokens) * _check.whole("block_tokens", block_tokens)
 
 
+@_check.guarded
 def used_fraction(tokens, reserved) -> float:
     """Fraction of reserved KV memory that holds real tokens: ``sum(tokens) / sum(reserved)``."""
     lengths = _lengths("tokens", tokens)
@@ -237,6 +245,7 @@ def hit_rate(hash_ids: Sequence[Sequence], cache_blocks: int | None = None) -> f
     return float(prefix_hits(ids, cache_blocks).sum() / total)
 
 
+@_check.guarded
 def saved_prefill_tokens(hits, prompt_tokens, block_tokens: int = 512) -> np.ndarray:
     """Prefill tokens each request skips: ``min(hits * B, prompt_tokens - 1)``.
 

@@ -117,6 +117,7 @@ def capacity_rate(requests, replica: Replica | None = None) -> float:
     return float(1.0 / work.mean())
 
 
+@_check.guarded
 def bootstrap_workload(source, n: int, load: float, replica: Replica | None = None,
                        rng=None) -> pd.DataFrame:
     """``n`` requests resampled from ``source``, Poisson arrivals at ``load`` x capacity.
@@ -141,10 +142,10 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     DataFrame with ``arrival_s`` (s, first arrival after one inter-arrival gap),
     ``prompt_tokens``, ``output_tokens`` (tokens).
     """
-    n = _check.whole("n", n)
+    n = _check.size("n", n)
     load = _check.positive("load", load)
     rate = load * capacity_rate(source, replica)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     pick = rng.integers(0, len(source), n)
     return pd.DataFrame({
         "arrival_s": np.cumsum(rng.exponential(1.0 / rate, n)),
@@ -153,6 +154,7 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     })
 
 
+@_check.guarded
 def slo_deadlines(requests, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     """Per-request E2E deadline (s, absolute): ``arrival + TTFT_slo + (N - 1) * TPOT_slo``.
 
@@ -165,10 +167,11 @@ def slo_deadlines(requests, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     output = _tokens(requests, "output_tokens")
     if "arrival_s" not in requests.columns:
         raise ValueError(f"requests is missing column 'arrival_s'; has {list(requests.columns)}")
-    arrival = _check.array("arrival_s", requests["arrival_s"].to_numpy(dtype=float))
+    arrival = _check.array("arrival_s", _check.column(requests, "arrival_s", "requests"))
     return arrival + ttft + (output - 1) * tpot
 
 
+@_check.guarded
 def noisy_predictions(output_tokens, sigma: float, rng=None) -> np.ndarray:
     """Predicted output lengths with multiplicative lognormal error (tokens).
 
@@ -181,7 +184,7 @@ def noisy_predictions(output_tokens, sigma: float, rng=None) -> np.ndarray:
         i = int(np.argmax(tokens < 1))
         raise ValueError(f"output_tokens must be >= 1, got {tokens[i]!r} at index {i}")
     s = _check.nonnegative("sigma", sigma)
-    z = np.random.default_rng(rng).standard_normal(tokens.size)
+    z = _check.generator("rng", rng).standard_normal(tokens.size)
     return np.maximum(1, np.round(tokens * np.exp(s * z))).astype(np.int64)
 
 
@@ -193,7 +196,7 @@ def queue_wait_s(result) -> np.ndarray:
     for column in ("arrival_s", "admitted_s"):
         if column not in result.columns:
             raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
-    wait = result["admitted_s"].to_numpy(dtype=float) - result["arrival_s"].to_numpy(dtype=float)
+    wait = _check.column(result, "admitted_s", "result") - _check.column(result, "arrival_s", "result")
     return np.where(np.isnan(wait), np.inf, wait)
 
 
@@ -282,7 +285,7 @@ def deadline_miss_rate(result, deadline_s) -> float:
                          f"got {np.size(deadline_s)}")
     if len(result) == 0:
         raise ValueError("result must not be empty")
-    finish = result["finish_s"].to_numpy(dtype=float)
+    finish = _check.column(result, "finish_s", "result")
     done = (result["outcome"] == "done").to_numpy()
     return float(1.0 - (done & (finish <= deadline)).mean())
 
@@ -290,6 +293,7 @@ def deadline_miss_rate(result, deadline_s) -> float:
 # --------------------------------------------------------------------------- closed forms
 
 
+@_check.guarded
 def priority_waits(arrival_rate: float, service_s, keys) -> np.ndarray:
     """Mean queue wait of each job under non-preemptive priority M/G/1 (s), Cobham's formula.
 
@@ -353,8 +357,8 @@ def busy_time_s(result) -> float:
     for column in ("arrival_s", "finish_s"):
         if column not in result.columns:
             raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
-    a = _check.array("arrival_s", result["arrival_s"].to_numpy(dtype=float))
-    f = _check.array("finish_s", result["finish_s"].to_numpy(dtype=float))
+    a = _check.array("arrival_s", _check.column(result, "arrival_s", "result"))
+    f = _check.array("finish_s", _check.column(result, "finish_s", "result"))
     if a.size == 0:
         raise ValueError("result must not be empty")
     if (f < a).any():

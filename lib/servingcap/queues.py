@@ -362,6 +362,7 @@ def erlang_c(servers: int, offered_load: float) -> float:
     return min(1.0, c * b / (c - a * (1 - b)))
 
 
+@_check.guarded
 def sqrt_staffing(offered_load: float, beta: float) -> int:
     """Square-root staffing: the smallest whole c >= a + beta * sqrt(a).
 

@@ -90,14 +90,15 @@ def _many_servers(a: np.ndarray, s: np.ndarray, c: int) -> np.ndarray:
     return waits
 
 
+@_check.guarded
 def poisson_arrivals(arrival_rate: float, n: int, rng) -> np.ndarray:
     """``n`` arrival instants (s) of a Poisson process with ``arrival_rate`` (requests/s).
 
     ``rng`` is a ``numpy.random.Generator`` (or a seed for one).
     """
     lam = _check.positive("arrival_rate", arrival_rate)
-    n = _check.whole("n", n, minimum=0)
-    rng = np.random.default_rng(rng)
+    n = _check.size("n", n, minimum=0)
+    rng = _check.generator("rng", rng)
     gaps = rng.exponential(1.0 / lam, n)
     return np.cumsum(gaps, out=gaps)
 
@@ -108,7 +109,7 @@ def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.nda
     standard deviations), so one block almost always suffices."""
     lam = _check.positive("arrival_rate", arrival_rate)
     horizon = _check.positive("horizon_s", horizon_s)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     block = int(lam * horizon + 10 * math.sqrt(lam * horizon) + 10)
     arrivals = np.cumsum(rng.exponential(1.0 / lam, block))
     while arrivals[-1] < horizon:
@@ -117,6 +118,7 @@ def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.nda
     return arrivals[arrivals < horizon]
 
 
+@_check.guarded
 def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: int = 1):
     """Simulate ``n`` requests through an M/M/c queue.
 
@@ -124,7 +126,7 @@ def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: i
     Does not require stability: an overloaded run simply shows growing waits.
     """
     mu = _check.positive("service_rate", service_rate)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     arrivals = poisson_arrivals(arrival_rate, n, rng)
     service = rng.exponential(1.0 / mu, arrivals.size)
     return arrivals, service, fcfs_waits(arrivals, service, servers)

@@ -95,7 +95,7 @@ def latencies(requests, column: str = "ttft_s") -> np.ndarray:
     answer has no value (NaN) and is left out. Raises ``ValueError`` if a ``done`` request
     has any other missing, negative or infinite value.
     """
-    frame = _requests(requests, (column,))
+    frame = _requests(requests, (_check.label("column", column),))
     values, defined = _latency_values(frame, column)
     return values[defined]
 
@@ -141,18 +141,21 @@ def slo_attainment(requests, **limits) -> float:
     return float(ok.mean())
 
 
+@_check.guarded
 def offered_rate(requests, duration_s: float) -> float:
     """Offered load (requests/s): every request that tried to enter, per second of window."""
     frame = _requests(requests)
     return len(frame) / _check.positive("duration_s", duration_s)
 
 
+@_check.guarded
 def throughput(requests, duration_s: float) -> float:
     """Throughput (requests/s): completed requests per second, whatever their latency."""
     frame = _requests(requests)
     return float(_done(frame).sum()) / _check.positive("duration_s", duration_s)
 
 
+@_check.guarded
 def goodput(requests, duration_s: float, **limits) -> float:
     """Goodput (requests/s): completed requests meeting every named limit, per second.
 
@@ -211,6 +214,7 @@ def operations_page(requests, duration_s: float, verified: str = "verified",
     """
     if not limits:
         raise ValueError("limits must name at least one latency constraint, e.g. ttft_s=1.0")
+    verified = _check.label("verified", verified)
     if verified in limits:
         raise ValueError(f"verified column {verified!r} must not also be a latency limit")
     return OperationsPage(

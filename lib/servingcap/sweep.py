@@ -36,6 +36,7 @@ __all__ = ["poisson_requests", "summarize", "sweep", "ttft_parts", "tpot_parts",
 _EPS = 1e-9     # tolerance (s) when matching event times to step boundaries
 
 
+@_check.guarded
 def poisson_requests(rate: float, n: int, seed, prompt_tokens=LOCKED.prompt_tokens,
                      output_tokens=LOCKED.output_tokens) -> pd.DataFrame:
     """``n`` requests with Poisson arrivals at ``rate`` requests/s.
@@ -58,8 +59,8 @@ def poisson_requests(rate: float, n: int, seed, prompt_tokens=LOCKED.prompt_toke
         ``arrival_s`` (s, first arrival after one gap), ``prompt_tokens``, ``output_tokens``.
     """
     lam = _check.positive("rate", rate)
-    count = _check.whole("n", n)
-    rng = np.random.default_rng(seed)
+    count = _check.size("n", n)
+    rng = _check.generator("seed", seed)
     arrivals = np.cumsum(rng.exponential(1.0, count)) / lam
     frame = pd.DataFrame({"arrival_s": arrivals})
     for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
@@ -261,14 +262,14 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
     batch = np.full(n, np.nan)
     has = requests["tpot_s"].notna().to_numpy()
     rep = requests["replica"].to_numpy()
-    first = requests["first_token_s"].to_numpy(dtype=float)
-    finish = requests["finish_s"].to_numpy(dtype=float)
-    tokens = requests["output_tokens"].to_numpy(dtype=float) - 1
+    first = _check.column(requests, "first_token_s", "requests")
+    finish = _check.column(requests, "finish_s", "requests")
+    tokens = _check.column(requests, "output_tokens", "requests") - 1
     for k, group in steps.groupby("replica", sort=True):
         g = group.sort_values("start_s", kind="stable")
-        start = g["start_s"].to_numpy(dtype=float)
-        pre = np.concatenate([[0.0], np.cumsum(g["prefill_tokens"].to_numpy(dtype=float) / rate)])
-        bat = np.concatenate([[0.0], np.cumsum(g["decode_batch"].to_numpy(dtype=float))])
+        start = _check.column(g, "start_s", "steps")
+        pre = np.concatenate([[0.0], np.cumsum(_check.column(g, "prefill_tokens", "steps") / rate)])
+        bat = np.concatenate([[0.0], np.cumsum(_check.column(g, "decode_batch", "steps"))])
         idx = np.flatnonzero(has & (rep == k))
         lo = np.searchsorted(start, first[idx] - _EPS, side="left")
         hi = np.searchsorted(start, finish[idx] - _EPS, side="left")
@@ -276,11 +277,12 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
         with np.errstate(invalid="ignore", divide="ignore"):
             stall[idx] = (pre[hi] - pre[lo]) / tokens[idx]
             batch[idx] = np.where(count > 0, (bat[hi] - bat[lo]) / count, np.nan)
-    tpot = requests["tpot_s"].to_numpy(dtype=float)
+    tpot = _check.column(requests, "tpot_s", "requests")
     return pd.DataFrame({"tpot_s": tpot, "decode_s": tpot - stall, "stall_s": stall,
                          "mean_batch": batch}, index=requests.index)
 
 
+@_check.guarded
 def first_crossing(x, y, limit: float) -> float | None:
     """The ``x`` where ``y`` first exceeds ``limit``, by linear interpolation.
 

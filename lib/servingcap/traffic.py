@@ -206,6 +206,7 @@ def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 # Fluid bursts: backlog and drain for piecewise-constant arrival rates
 # ---------------------------------------------------------------------------------------
 
+@_check.guarded
 def burst_backlog(arrival_rate: float, capacity: float, duration_s: float) -> float:
     """Requests queued by a burst that arrives faster than it is served (requests).
 
@@ -220,6 +221,7 @@ def burst_backlog(arrival_rate: float, capacity: float, duration_s: float) -> fl
     return max(lam - mu, 0.0) * t
 
 
+@_check.guarded
 def drain_time(backlog: float, arrival_rate: float, capacity: float) -> float:
     """Seconds to empty ``backlog`` requests while new work keeps arriving (s).
 
@@ -259,6 +261,7 @@ def _profile(rates, durations_s):
     return r, d
 
 
+@_check.guarded
 def balancing_rate(mean_rate: float, rates, durations_s, total_s: float) -> float:
     """Rate the rest of a period must have for the whole period to average ``mean_rate``.
 
@@ -287,6 +290,7 @@ def balancing_rate(mean_rate: float, rates, durations_s, total_s: float) -> floa
     return needed / rest
 
 
+@_check.guarded
 def fluid_backlog(rates, durations_s, capacity: float, times_s,
                   initial_backlog: float = 0.0) -> np.ndarray:
     """Fluid queue length (requests) at ``times_s`` for a piecewise-constant arrival rate.
@@ -315,6 +319,7 @@ def fluid_backlog(rates, durations_s, capacity: float, times_s,
     return backlog[np.searchsorted(grid, t)]
 
 
+@_check.guarded
 def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
     """Sorted arrival times (s) of a Poisson process with a piecewise-constant rate.
 
@@ -323,7 +328,7 @@ def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
     random inside it. ``rng`` is a ``numpy.random.Generator`` (or a seed for one).
     """
     r, d = _profile(rates, durations_s)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     counts = rng.poisson(r * d)
     starts = np.concatenate([[0.0], np.cumsum(d)[:-1]])
     times = np.repeat(starts, counts) + rng.uniform(0.0, 1.0, counts.sum()) * np.repeat(d, counts)
@@ -348,6 +353,7 @@ def _arrivals(arrival_s, minimum: int = 1) -> np.ndarray:
     return a
 
 
+@_check.guarded
 def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     """Arrivals per window: counts in ``[start, start + w), [start + w, start + 2w), ...``.
 
@@ -370,6 +376,7 @@ def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     return np.bincount(index[keep].astype(np.int64), minlength=n_windows)
 
 
+@_check.guarded
 def index_of_dispersion(arrival_s, window_s: float, start: float = 0.0) -> float:
     """Variance over mean of the per-window arrival counts (dimensionless).
 
@@ -389,6 +396,7 @@ def index_of_dispersion(arrival_s, window_s: float, start: float = 0.0) -> float
     return float(counts.var(ddof=1) / mean)
 
 
+@_check.guarded
 def peak_to_mean(arrival_s, window_s: float, start: float = 0.0) -> float:
     """Busiest window's arrivals over the mean window's arrivals (dimensionless, >= 1)."""
     counts = window_counts(arrival_s, window_s, start)
@@ -397,6 +405,7 @@ def peak_to_mean(arrival_s, window_s: float, start: float = 0.0) -> float:
     return float(counts.max() / counts.mean())
 
 
+@_check.guarded
 def window_utilization(arrival_s, window_s: float, capacity: float,
                        start: float = 0.0) -> np.ndarray:
     """Offered utilization in each window: arrivals / (capacity * window_s) (dimensionless).
@@ -409,6 +418,7 @@ def window_utilization(arrival_s, window_s: float, capacity: float,
     return window_counts(arrival_s, w, start) / (mu * w)
 
 
+@_check.guarded
 def mean_rate(arrival_s) -> float:
     """Mean arrival rate (requests/s): gaps between first and last arrival over that span.
 
@@ -452,7 +462,7 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
     ``numpy.random.Generator``. Returns the same kind of object it was given.
     """
     a = _arrivals(trace, minimum=2)
-    rng = np.random.default_rng(seed)
+    rng = _check.generator("seed", seed)
     gaps = rng.exponential(1.0 / mean_rate(a), a.size - 1)
     times = a[0] + np.concatenate([[0.0], np.cumsum(gaps)])
     if isinstance(trace, pd.DataFrame):
@@ -466,6 +476,7 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
 # Agent call amplification: user tasks are not model requests
 # ---------------------------------------------------------------------------------------
 
+@_check.guarded
 def agent_request_rate(task_rate: float, calls_per_task: float,
                        retry_multiplier: float = 1.0) -> float:
     """Inference requests per second that a stream of user tasks offers the route (requests/s).
@@ -485,6 +496,7 @@ def agent_request_rate(task_rate: float, calls_per_task: float,
     return lam * calls * mult
 
 
+@_check.guarded
 def retry_multiplier(failure_prob: float, max_retries: int | None = None) -> float:
     """Mean requests per call when a failed request is retried (requests/call, >= 1).
 
