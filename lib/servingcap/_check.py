@@ -7,6 +7,8 @@ which one and why.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from numbers import Integral, Real
 
@@ -67,6 +69,11 @@ def label(name: str, value) -> str:
     return value
 
 
+_OVERFLOW_MESSAGES = ("cannot convert float NaN to integer", "Maximum allowed dimension",
+                      "array is too big", "Maximum allowed size", "p <= 0, p > 1 or p contains NaN",
+                      "lam value too large")
+
+
 def guarded(func):
     """Decorate a public function whose answer must be finite.
 
@@ -108,7 +115,18 @@ def guarded(func):
                 raise
             raise TooLargeError(f"{func.__name__}: not enough memory for {inputs()} "
                                 f"({exc})") from exc
+        except ValueError as exc:
+            # numpy/Python messages for sizes and values past what floats/arrays hold
+            text = str(exc)
+            if isinstance(exc, NumericOverflowError) or not any(
+                    key in text for key in _OVERFLOW_MESSAGES):
+                raise
+            raise NumericOverflowError(
+                f"{func.__name__}: the inputs are too large or too small ({inputs()}): "
+                f"{text}") from exc
         values = result if isinstance(result, tuple) else (result,)
+        if dataclasses.is_dataclass(result) and not isinstance(result, type):
+            values = tuple(getattr(result, f.name) for f in dataclasses.fields(result))
         for value in values:
             if isinstance(value, (float, np.floating)) and not math.isfinite(value):
                 raise NumericOverflowError(
@@ -122,6 +140,62 @@ def guarded(func):
         return result
 
     return wrapper
+
+
+def mentions(message: str, name: str) -> bool:
+    """Whether ``message`` names ``name`` as a word (``n`` is not in ``"mean"``)."""
+    import re
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message) is not None
+
+
+@contextlib.contextmanager
+def naming(name: str, others=()):
+    """Within the block, a ``ValueError`` or ``TypeError`` whose message mentions neither
+    ``name`` nor any of ``others`` gets ``"name: "`` put in front (same exception type).
+    For public functions that hand a parameter to a shared helper which knows it by
+    another name."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        if any(mentions(str(exc), n) for n in (name, *others)):
+            raise
+        try:
+            renamed = type(exc)(f"{name}: {exc}")
+        except Exception:                                   # noqa: BLE001
+            renamed = ValueError(f"{name}: {exc}")
+        raise renamed from exc
+
+
+def renames(name: str):
+    """Decorator form of :func:`naming` for a whole public function."""
+    import functools
+
+    def decorate(func):
+        import inspect
+        others = [p for p in inspect.signature(func).parameters if p != name]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with naming(name, others):
+                return func(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
+@contextlib.contextmanager
+def overflow(detail: str):
+    """Within the block, ``OverflowError``/``FloatingPointError``/``ZeroDivisionError``
+    from finite inputs become :class:`NumericOverflowError` naming ``detail`` (the
+    parameters and their values), as do scipy root-finders that fail because of them."""
+    try:
+        yield
+    except (OverflowError, FloatingPointError, ZeroDivisionError) as exc:
+        raise NumericOverflowError(f"{detail}: out of floating-point range ({exc})") from exc
+    except ValueError as exc:
+        if "f(a) and f(b) must have different signs" not in str(exc):
+            raise
+        raise NumericOverflowError(f"{detail}: no solution found in floating point "
+                                   f"({exc})") from exc
 
 
 def finite_result(value: float, detail: str) -> float:

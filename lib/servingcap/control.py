@@ -116,6 +116,9 @@ class Controller:
 
     def desired(self, predicted_rps: float, backlog: float, replica_rate: float) -> int:
         """Replicas this controller wants for a predicted rate (requests/s) and backlog."""
+        predicted_rps = _check.nonnegative("predicted_rps", predicted_rps)
+        backlog = _check.nonnegative("backlog", backlog)
+        replica_rate = _check.positive("replica_rate", replica_rate)
         need = predicted_rps / (self.target_utilization * replica_rate)
         if self.backlog_drain_s is not None:
             need += backlog / (replica_rate * self.backlog_drain_s)

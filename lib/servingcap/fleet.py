@@ -60,7 +60,7 @@ def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
     hold = _check.positive("hold_s", hold_s)
     slots = _check.whole("slots_per_replica", slots_per_replica)
     n = _check.whole("replicas", replicas)
-    return MMc(lam, 1.0 / hold, slots * n)
+    return MMc(lam, _check.finite_result(1.0 / hold, f"1 / hold_s={hold!r}"), slots * n)
 
 
 @_check.guarded
@@ -75,7 +75,7 @@ def split_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
     hold = _check.positive("hold_s", hold_s)
     slots = _check.whole("slots_per_replica", slots_per_replica)
     n = _check.whole("replicas", replicas)
-    return MMc(lam / n, 1.0 / hold, slots)
+    return MMc(lam / n, _check.finite_result(1.0 / hold, f"1 / hold_s={hold!r}"), slots)
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,11 @@ def pool_split(gpus: int, prefill_rps: float, decode_rps: float) -> tuple[int, f
     g = _check.whole("gpus", gpus, minimum=2)
     p = _check.positive("prefill_rps", prefill_rps)
     d = _check.positive("decode_rps", decode_rps)
-    best = max(range(1, g), key=lambda n: (min(n * p, (g - n) * d), -n))
+    # min(n p, (g - n) d) rises then falls, peaking at n* = g d / (p + d): only the whole
+    # numbers next to n* can win (bounded cost for any gpus; same answer as trying all).
+    peak = g * d / (p + d)
+    near = {min(g - 1, max(1, k)) for k in range(math.floor(peak) - 1, math.ceil(peak) + 2)}
+    best = max(sorted(near), key=lambda n: (min(n * p, (g - n) * d), -n))
     return best, float(min(best * p, (g - best) * d))
 
 

@@ -149,7 +149,8 @@ def find_knee(utilization, mean_response, mean_service: float,
     above = np.flatnonzero(excess >= 0)
     if above.size == 0:
         raise ValueError(
-            f"mean_response never costs {c:g} S per {d:g} of utilization on this grid "
+            f"mean_response never costs cost_per_point={c:g} x mean_service={s:g} s per "
+            f"point={d:g} of utilization on this grid "
             f"(max {float(excess.max() + c):.3g} S at rho={float(rho[np.argmax(excess)]):.3g}); "
             "extend the grid toward 1"
         )
@@ -189,7 +190,8 @@ def max_utilization_for_quantile(target: float, p: float = 0.99,
     floor = -math.log1p(-p) * s
     if t <= floor:
         raise ValueError(
-            f"target must exceed the zero-load p{100 * p:g} response -ln(1-p)*S = {floor:.4g} s, "
+            f"target must exceed the zero-load p{100 * p:g} response -ln(1-p)*S = {floor:.4g} s "
+            f"(mean_service={s!r} s), "
             f"got target={t!r}: no utilization meets it"
         )
     return 1.0 - floor / t

@@ -134,12 +134,14 @@ def sequences_that_fit(capacity_tokens: int, sequence_tokens: int, block_tokens:
 
 
 def _lengths(name: str, tokens) -> np.ndarray:
-    values = np.atleast_1d(_check.array(name, np.atleast_1d(np.asarray(tokens, dtype=float)),
-                                        nonnegative_values=True))
-    bad = values != np.round(values)
+    if isinstance(tokens, (str, bytes)):
+        raise ValueError(f"{name} must be token counts, got {tokens!r}")
+    values = np.atleast_1d(_check.array(name, np.atleast_1d(tokens), nonnegative_values=True))
+    bad = (values != np.round(values)) | (values > _check.MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{name} must be whole numbers of tokens, got {values[i]!r} at index {i}")
+        raise ValueError(f"{name} must be whole numbers of tokens <= {_check.MAX_TOKENS:.0e}, "
+                         f"got {values[i]!r} at index {i}")
     return values.astype(np.int64)
 
 
@@ -204,6 +206,12 @@ def used_fraction(tokens, reserved) -> float:
 # --------------------------------------------------------------------------- prefix reuse
 
 
+def _iterable(name: str, value):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of per-request block-id lists, got {value!r}")
+    return value
+
+
 def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -> np.ndarray:
     """Leading prompt blocks of each request already in a prefix cache (blocks).
 
@@ -215,6 +223,7 @@ def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -
     policy of :class:`servingcap.serving.Replica` with ``prefix_cache_blocks``.
     """
     limit = None if cache_blocks is None else _check.whole("cache_blocks", cache_blocks)
+    _iterable("hash_ids", hash_ids)
     cache: OrderedDict = OrderedDict()
     hits = []
     for k, ids in enumerate(hash_ids):
@@ -238,7 +247,10 @@ def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -
 
 def hit_rate(hash_ids: Sequence[Sequence], cache_blocks: int | None = None) -> float:
     """Fraction of all prompt blocks served from the prefix cache (see :func:`prefix_hits`)."""
-    ids = list(hash_ids)
+    ids = list(_iterable("hash_ids", hash_ids))
+    for k, h in enumerate(ids):
+        if isinstance(h, (str, bytes)) or not isinstance(h, Sequence | np.ndarray):
+            raise ValueError(f"hash_ids[{k}] must be a sequence of block ids, got {h!r}")
     total = sum(len(h) for h in ids)
     if total == 0:
         raise ValueError("hash_ids must hold at least one block, got none")

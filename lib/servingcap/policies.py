@@ -117,6 +117,7 @@ def capacity_rate(requests, replica: Replica | None = None) -> float:
     return float(1.0 / work.mean())
 
 
+@_check.renames("source")
 @_check.guarded
 def bootstrap_workload(source, n: int, load: float, replica: Replica | None = None,
                        rng=None) -> pd.DataFrame:
@@ -191,15 +192,15 @@ def noisy_predictions(output_tokens, sigma: float, rng=None) -> np.ndarray:
 # --------------------------------------------------------------------------- who pays
 
 
+@_check.renames("result")
 def queue_wait_s(result) -> np.ndarray:
     """Time from arrival to first admission (s); ``inf`` for a request never admitted."""
-    for column in ("arrival_s", "admitted_s"):
-        if column not in result.columns:
-            raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
-    wait = _check.column(result, "admitted_s", "result") - _check.column(result, "arrival_s", "result")
+    arrival = _check.array("arrival_s", _check.column(result, "arrival_s", "result"))
+    wait = _check.column(result, "admitted_s", "result") - arrival
     return np.where(np.isnan(wait), np.inf, wait)
 
 
+@_check.renames("result")
 def slowdown(result, replica: Replica | None = None) -> np.ndarray:
     """E2E / unqueued E2E per request (dimensionless, >= 1 up to step rounding).
 
@@ -228,6 +229,7 @@ def length_buckets(tokens, quantiles=(0.5, 0.9, 0.99)) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=names, ordered=True)
 
 
+@_check.renames("result")
 def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 0.99),
                    buckets=None) -> pd.DataFrame:
     """Per output-length bucket: requests, token range, slowdown and queue wait.
@@ -255,6 +257,7 @@ def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 
     return pd.DataFrame(rows).set_index("bucket")
 
 
+@_check.renames("result")
 def latency_summary(result) -> dict:
     """Mean, p99 and p99.9 of E2E and TTFT over all requests (s); failures count as inf.
 
@@ -274,6 +277,7 @@ def latency_summary(result) -> dict:
             "p99 TTFT (s)": q(ttft, 0.99)}
 
 
+@_check.renames("result")
 def deadline_miss_rate(result, deadline_s) -> float:
     """Fraction of requests not ``done`` by their deadline (absolute times, s).
 
@@ -328,6 +332,7 @@ def priority_waits(arrival_rate: float, service_s, keys) -> np.ndarray:
     return wait[inverse]
 
 
+@_check.renames("result")
 def mean_unfinished_work_s(result, service_s) -> float:
     """Time-average unfinished work in a one-slot, non-preemptive system (s).
 
@@ -343,10 +348,12 @@ def mean_unfinished_work_s(result, service_s) -> float:
     if not (result["outcome"] == "done").all():
         raise ValueError("mean_unfinished_work_s needs every request done")
     wait = queue_wait_s(result)
-    span = float(result["finish_s"].max() - result["arrival_s"].min())
+    finish = _check.array("finish_s", _check.column(result, "finish_s", "result"))
+    span = float(finish.max() - _check.column(result, "arrival_s", "result").min())
     return float((s * wait + s**2 / 2).sum() / span)
 
 
+@_check.renames("result")
 def busy_time_s(result) -> float:
     """Time with at least one request in the system (s): the union of ``[arrival, finish]``.
 
@@ -354,9 +361,6 @@ def busy_time_s(result) -> float:
     busy time, whatever the order; preemption with recompute lengthens it. Every request
     needs a finite ``finish_s`` (done, rejected or timed out, not unfinished).
     """
-    for column in ("arrival_s", "finish_s"):
-        if column not in result.columns:
-            raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
     a = _check.array("arrival_s", _check.column(result, "arrival_s", "result"))
     f = _check.array("finish_s", _check.column(result, "finish_s", "result"))
     if a.size == 0:

@@ -249,8 +249,10 @@ class MG1:
         x = _check.array("service_times", service_times, nonnegative_values=True)
         if x.size < 2:
             raise ValueError(f"service_times needs at least 2 values, got {x.size}")
-        mean = float(x.mean())
-        return cls(arrival_rate, mean, float(x.std()) / mean if mean > 0 else 0.0)
+        with np.errstate(over="ignore"):
+            mean, std = float(x.mean()), float(x.std())
+        _check.finite_result(mean + std, "the mean and standard deviation of service_times")
+        return cls(arrival_rate, mean, std / mean if mean > 0 else 0.0)
 
     @property
     def utilization(self) -> float:

@@ -128,7 +128,8 @@ def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: i
     mu = _check.positive("service_rate", service_rate)
     rng = _check.generator("rng", rng)
     arrivals = poisson_arrivals(arrival_rate, n, rng)
-    service = rng.exponential(1.0 / mu, arrivals.size)
+    service = rng.exponential(_check.finite_result(1.0 / mu, f"1 / service_rate={mu!r}"),
+                              arrivals.size)
     return arrivals, service, fcfs_waits(arrivals, service, servers)
 
 

@@ -250,9 +250,13 @@ def max_rate(latency_at: Callable[[float], float], target_s: float, upper: float
     float
         The rate (requests/s); ``0.0`` if even a vanishing load misses the target.
     """
+    if not callable(latency_at):
+        raise ValueError(f"latency_at must be a function of the rate, got {latency_at!r}")
     target = _check.positive("target_s", target_s)
     hi = _check.positive("upper", upper)
     tol = _check.positive("rtol", rtol)
+    if tol < 1e-15:
+        raise ValueError(f"rtol must be >= 1e-15 (floating point resolves no finer), got {rtol!r}")
 
     def ok(rate: float) -> bool:
         try:
@@ -263,7 +267,8 @@ def max_rate(latency_at: Callable[[float], float], target_s: float, upper: float
 
     if ok(hi):
         raise ValueError(
-            f"upper must be a rate that misses the target, but latency_at({hi!r}) <= {target!r}"
+            f"upper must be a rate that misses the target, but latency_at({hi!r}) <= "
+            f"target_s={target!r}"
         )
     if not ok(hi * 1e-9):
         return 0.0
@@ -304,7 +309,8 @@ def capped_fcfs(arrival_times, service_times, servers: int = 1,
         admitted flag, one per request in the order given.
     """
     a, s = _check.arrivals_and_services(arrival_times, service_times)
-    c = _check.whole("servers", servers)
+    # More servers than requests never changes the answer (nobody waits): cap the heap.
+    c = min(_check.whole("servers", servers), max(a.size, 1))
     cap = None if queue_cap is None else _check.whole("queue_cap", queue_cap, minimum=0)
     waits = np.full(a.size, np.nan)
     admitted = np.zeros(a.size, dtype=bool)

@@ -321,7 +321,8 @@ def burst_windows(arrival_s, window_s: float, busy_share: float = 0.2,
     share = _check.probability("busy_share", busy_share)
     t0 = _check.number("start", start)
     if a.size and a.min() < t0:
-        raise ValueError(f"start must be <= the first arrival {a.min()!r}, got {start!r}")
+        raise ValueError(f"start must be <= the first of arrival_s ({float(a.min())!r} s), "
+                         f"got {start!r}")
     idx = np.floor((a - t0) / w).astype(np.int64)
     counts = np.bincount(idx, minlength=int(idx.max()) + 1 if a.size else 0)
     k = max(1, int(round(share * counts.size)))

@@ -339,7 +339,25 @@ def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
 # Burstiness of an arrival stream
 # ---------------------------------------------------------------------------------------
 
-def _arrivals(arrival_s, minimum: int = 1) -> np.ndarray:
+def _arrivals(arrival_s, minimum: int = 1, name: str = "arrival_s") -> np.ndarray:
+    with _check.naming(name):
+        return _arrivals_of(arrival_s, minimum)
+
+
+def _trace_tokens(trace, name: str) -> None:
+    """A trace's token columns, when present, must be whole numbers >= 0."""
+    if isinstance(trace, pd.DataFrame):
+        for column in ("prompt_tokens", "output_tokens"):
+            if column in trace.columns:
+                values = _check.array(f"{name}[{column!r}]", _check.column(trace, column, name),
+                                      nonnegative_values=True)
+                if (values != np.round(values)).any():
+                    i = int(np.argmax(values != np.round(values)))
+                    raise ValueError(f"{name}[{column!r}] must be whole numbers of tokens, "
+                                     f"got {values[i]!r} at row {i}")
+
+
+def _arrivals_of(arrival_s, minimum: int) -> np.ndarray:
     if isinstance(arrival_s, pd.DataFrame):
         if "arrival_s" not in arrival_s.columns:
             raise ValueError(
@@ -368,7 +386,7 @@ def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     n_windows = int(np.floor((a.max() - t0) / w))
     if n_windows < 1:
         raise ValueError(
-            f"window_s = {w!r} s is longer than the span of arrivals after start "
+            f"window_s = {w!r} s is longer than the span of arrival_s after start "
             f"({a.max() - t0!r} s); need at least one complete window"
         )
     index = np.floor((a - t0) / w)
@@ -443,8 +461,10 @@ def rescale_to_rate(trace, target_rate: float):
     times (an array comes back). ``target_rate`` in requests/s.
     """
     target = _check.positive("target_rate", target_rate)
-    a = _arrivals(trace, minimum=2)
-    factor = mean_rate(a) / target
+    _trace_tokens(trace, "trace")
+    a = _arrivals(trace, minimum=2, name="trace")
+    factor = _check.finite_result(mean_rate(a) / target,
+                                  f"mean_rate(trace) / target_rate={target!r}")
     scaled = a[0] + (a - a[0]) * factor
     if isinstance(trace, pd.DataFrame):
         out = trace.copy()
@@ -461,7 +481,8 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
     with mean ``1 / mean_rate(trace)`` seconds. ``seed`` is an int or a
     ``numpy.random.Generator``. Returns the same kind of object it was given.
     """
-    a = _arrivals(trace, minimum=2)
+    _trace_tokens(trace, "trace")
+    a = _arrivals(trace, minimum=2, name="trace")
     rng = _check.generator("seed", seed)
     gaps = rng.exponential(1.0 / mean_rate(a), a.size - 1)
     times = a[0] + np.concatenate([[0.0], np.cumsum(gaps)])

@@ -219,6 +219,11 @@ class Bimodal:
     mode_cv: float = 0.25
 
     def __post_init__(self):
+        with _check.overflow(f"Bimodal(mean={self.mean!r}, cv={self.cv!r}, "
+                             f"long_fraction={self.long_fraction!r}, mode_cv={self.mode_cv!r})"):
+            self._validate()
+
+    def _validate(self):
         object.__setattr__(self, "mean", _check.positive("mean", self.mean))
         object.__setattr__(self, "cv", _check.nonnegative("cv", self.cv))
         object.__setattr__(self, "long_fraction",
@@ -305,6 +310,11 @@ class CappedLognormal:
     sigma: float = field(init=False)
 
     def __post_init__(self):
+        with _check.overflow(f"CappedLognormal(mean={self.mean!r}, cv={self.cv!r}, "
+                             f"cap={self.cap!r})"):
+            self._fit()
+
+    def _fit(self):
         m = _check.positive("mean", self.mean)
         cv = _check.positive("cv", self.cv)
         cap = _check.positive("cap", self.cap)
@@ -366,8 +376,11 @@ class Empirical:
         x = _check.array("values", values, nonnegative_values=True)
         if x.size < 2:
             raise ValueError(f"values needs at least 2 values, got {x.size}")
-        if x.mean() <= 0:
-            raise ValueError(f"values must have a positive mean, got {float(x.mean())!r}")
+        with np.errstate(over="ignore"):
+            mean, std = float(x.mean()), float(x.std())
+        _check.finite_result(mean + std, "the mean and standard deviation of values")
+        if mean <= 0:
+            raise ValueError(f"values must have a positive mean, got {mean!r}")
         self.values = x
 
     @property
@@ -387,7 +400,11 @@ class Empirical:
 
     def scaled(self, factor: float) -> Empirical:
         """The same distribution in another unit, e.g. tokens x (s/token) -> seconds."""
-        return Empirical(self.values * _check.positive("factor", factor))
+        factor = _check.positive("factor", factor)
+        with np.errstate(over="ignore"):
+            scaled = self.values * factor
+        _check.finite_result(float(scaled.max()), f"values x factor={factor!r}")
+        return Empirical(scaled)
 
     def capped(self, cap: float) -> Empirical:
         """The distribution after a hard cap: every value above ``cap`` becomes ``cap``."""
@@ -459,7 +476,8 @@ def utilization_for_equal_wait(reference_utilization: float, service_cv: float,
     """
     rho_ref = _check.nonnegative("reference_utilization", reference_utilization)
     _check.stable(rho_ref, f"reference_utilization={rho_ref:g}")
-    r = rho_ref * variance_penalty(reference_cv) / (1.0 - rho_ref)
+    with _check.naming("reference_cv"):
+        r = rho_ref * variance_penalty(reference_cv) / (1.0 - rho_ref)
     k = variance_penalty(service_cv)
     return r / (r + k)
 
@@ -485,7 +503,7 @@ def mgc_mean_wait(arrival_rate: float, mean_service: float, service_cv: float,
     s = _check.positive("mean_service", mean_service)
     k = variance_penalty(service_cv)
     c = _check.whole("servers", servers)
-    return k * MMc(lam, 1.0 / s, c).mean_wait
+    return k * MMc(lam, _check.finite_result(1.0 / s, f"1 / mean_service={s!r}"), c).mean_wait
 
 
 @_check.guarded
