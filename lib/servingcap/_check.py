@@ -281,6 +281,20 @@ values already take 8 GB. Larger requests are refused up front instead of failin
 inside numpy with a MemoryError."""
 
 
+MAX_WINDOWS = 10**7
+"""Largest number of counting windows one call may make (a year in 5 s windows is
+6.3e6). More means a window far too short for the span (or a far-away ``start``)."""
+
+
+def windows(span_s: float, window_s: float, detail: str) -> int:
+    """Whole windows of ``window_s`` in ``span_s`` (s), refused past :data:`MAX_WINDOWS`."""
+    count = span_s / window_s
+    if not count <= MAX_WINDOWS:
+        raise ValueError(f"{detail} make {count:.3g} windows, more than {MAX_WINDOWS:.0e}; "
+                         "use a longer window_s")
+    return int(math.floor(count))
+
+
 def size(name: str, value, minimum: int = 1) -> int:
     """A sample count: a whole number from ``minimum`` to :data:`MAX_SAMPLES`."""
     n = whole(name, value, minimum=minimum)
@@ -383,7 +397,34 @@ def column(frame, name: str, table: str = "requests") -> np.ndarray:
         raise ValueError(f"{table} column {name!r} must hold numbers ({exc})") from exc
 
 
+def table(name: str, frame, columns=(), minimum: int = 0) -> pd.DataFrame:
+    """A DataFrame parameter holding ``columns`` and at least ``minimum`` rows; the
+    ``ValueError`` names the parameter (and the missing columns)."""
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError(f"{name} must be a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name} is missing column(s) {missing}; it has {list(frame.columns)}")
+    if len(frame) < minimum:
+        raise ValueError(f"{name} must hold at least {minimum} rows, got {len(frame)}")
+    return frame
+
+
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def request_tokens(frame, table: str = "requests") -> None:
+    """The token columns of a request table that are present (``prompt_tokens``,
+    ``output_tokens``) must hold whole numbers from 0 to :data:`MAX_TOKENS`."""
+    for name in ("prompt_tokens", "output_tokens"):
+        if name in frame.columns:
+            values = array(f"{table}[{name!r}]", column(frame, name, table),
+                           nonnegative_values=True)
+            bad = (values != np.round(values)) | (values > MAX_TOKENS)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{table}[{name!r}] must be whole numbers of tokens from 0 to "
+                                 f"{MAX_TOKENS:.0e}, got {values[i]!r} at row {i}")
 
 
 def requests(frame, minimum: int = 1) -> pd.DataFrame:

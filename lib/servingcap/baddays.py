@@ -40,9 +40,15 @@ from . import _check
 
 __all__ = ["scale_prompts", "retry_storm", "assign_tenants", "tenant_burst", "label"]
 
+MAX_BURST = 1000.0
+"""Largest tenant_burst factor: a thousand times the usual rate is already another workload
+(and builds a table a thousand times the tenant's)."""
+
 
 def _frame(requests) -> pd.DataFrame:
-    return _check.requests(requests)
+    frame = _check.requests(requests)
+    _check.request_tokens(frame)
+    return frame
 
 
 def label(requests) -> pd.DataFrame:
@@ -52,6 +58,16 @@ def label(requests) -> pd.DataFrame:
     for those columns.
     """
     out = _frame(requests).reset_index(drop=True).copy()
+    if "request" in out.columns:
+        ids = _check.array("requests['request']", _check.column(out, "request", "requests"),
+                           nonnegative_values=True)
+        if (ids != np.round(ids)).any():
+            raise ValueError("requests['request'] must be whole-number request ids")
+    if "attempt" in out.columns:
+        tries = _check.array("requests['attempt']", _check.column(out, "attempt", "requests"),
+                             nonnegative_values=True)
+        if (tries != np.round(tries)).any():
+            raise ValueError("requests['attempt'] must be whole numbers (0 = first try)")
     if "request" not in out.columns:
         out["request"] = np.arange(len(out), dtype=np.int64)
     if "attempt" not in out.columns:
@@ -71,6 +87,7 @@ def _window(start_s, duration_s) -> tuple[float, float]:
     return start, start + length
 
 
+@_check.guarded
 def scale_prompts(requests, factor: float = 2.0) -> pd.DataFrame:
     """Every prompt ``factor`` times as long (tokens, rounded, at least 1).
 
@@ -84,6 +101,7 @@ def scale_prompts(requests, factor: float = 2.0) -> pd.DataFrame:
     return _sorted(out)
 
 
+@_check.guarded
 def retry_storm(requests, start_s: float, duration_s: float, delay_s: float,
                 share: float = 1.0, seed=0) -> pd.DataFrame:
     """A downstream timeout makes clients re-submit requests: extra offered load.
@@ -128,6 +146,7 @@ def retry_storm(requests, start_s: float, duration_s: float, delay_s: float,
     return _sorted(pd.concat([base, retries], ignore_index=True))
 
 
+@_check.guarded
 def assign_tenants(requests, shares: Mapping[str, float], seed=0) -> pd.DataFrame:
     """Label each request with a tenant drawn at random with the given shares.
 
@@ -146,6 +165,7 @@ def assign_tenants(requests, shares: Mapping[str, float], seed=0) -> pd.DataFram
     return out
 
 
+@_check.guarded
 def tenant_burst(requests, tenant: str, start_s: float, duration_s: float,
                  factor: float = 2.0, seed=0) -> pd.DataFrame:
     """One tenant sends ``factor`` times its usual rate during a window.
@@ -178,12 +198,13 @@ def tenant_burst(requests, tenant: str, start_s: float, duration_s: float,
     base = label(requests)
     if "tenant" not in base.columns:
         raise ValueError("requests must have a 'tenant' column; label them with assign_tenants")
-    if tenant not in set(base["tenant"]):
+    if isinstance(tenant, (list, dict, set)) or tenant not in set(base["tenant"]):
         raise ValueError(f"tenant must be one of {sorted(set(base['tenant']))}, got {tenant!r}")
     lo, hi = _window(start_s, duration_s)
     f = _check.number("factor", factor)
-    if f < 1:
-        raise ValueError(f"factor must be >= 1 (a rate multiplier), got {factor!r}")
+    if not 1 <= f <= MAX_BURST:
+        raise ValueError(f"factor must be in [1, {MAX_BURST:g}] (a rate multiplier; each "
+                         f"request gets factor - 1 siblings), got {factor!r}")
     rng = _check.generator("seed", seed)
     mine = base[(base["tenant"] == tenant) & (base["attempt"] == 0)].sort_values(
         "arrival_s", kind="stable")

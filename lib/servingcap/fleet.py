@@ -410,6 +410,10 @@ class FleetSearch:
         return bool(row.meets.iloc[0])
 
 
+MAX_FLEET = 100_000
+"""Largest fleet :func:`smallest_fleet` searches (replicas); every probe simulates it."""
+
+
 def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
                    ttft_s: float = 1.0, tpot_s: float = 0.050, p: float = 0.99) -> FleetSearch:
     """Smallest replica count in ``[lo, hi]`` whose simulated p-quantiles meet the SLOs.
@@ -441,6 +445,8 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
         raise ValueError(f"run must be callable (replicas -> DataFrame), got {run!r}")
     lo = _check.whole("lo", lo)
     hi = _check.whole("hi", hi)
+    if hi > MAX_FLEET:
+        raise ValueError(f"hi must be <= {MAX_FLEET} replicas (each is simulated), got {hi!r}")
     if hi < lo:
         raise ValueError(f"hi must be >= lo, got hi={hi!r} < lo={lo!r}")
     ttft_s = _check.positive("ttft_s", ttft_s)
@@ -450,16 +456,18 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
 
     def meets(n: int) -> bool:
         frame = run(n)
-        ttft = latency_quantile(frame, p, "ttft_s")
-        tpot = latency_quantile(frame, p, "tpot_s")
+        with _check.naming("run"):
+            _check.table(f"run({n})", frame, ("ttft_s", "tpot_s", "outcome"))
+            ttft = latency_quantile(frame, p, "ttft_s")
+            tpot = latency_quantile(frame, p, "tpot_s")
         ok = ttft <= ttft_s and tpot <= tpot_s
         rows.append({"replicas": n, "ttft_p": ttft, "tpot_p": tpot, "meets": ok})
         return ok
 
     if not meets(hi):
         raise ValueError(f"hi must be a fleet that meets the SLOs, but hi={hi} misses them "
-                         f"(p{100 * p:g} TTFT {rows[-1]['ttft_p']:.3g} s, "
-                         f"TPOT {rows[-1]['tpot_p']:.3g} s)")
+                         f"(p{100 * p:g} TTFT {rows[-1]['ttft_p']:.3g} s vs ttft_s={ttft_s:g}, "
+                         f"TPOT {rows[-1]['tpot_p']:.3g} s vs tpot_s={tpot_s:g})")
     good, bad = hi, lo - 1
     while good - bad > 1:
         mid = (good + bad) // 2

@@ -41,11 +41,7 @@ __all__ = [
 
 
 def _tokens(requests, column: str) -> np.ndarray:
-    if not isinstance(requests, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    if column not in requests.columns:
-        raise ValueError(f"requests is missing column {column!r}; has {list(requests.columns)}")
-    values = _check.array(column, requests[column].to_numpy(dtype=float))
+    values = _check.array(column, _check.column(requests, column, "requests"))
     bad = (values < 1) | (values != np.round(values))
     if bad.any():
         i = int(bad.argmax())
@@ -146,6 +142,7 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     n = _check.size("n", n)
     load = _check.positive("load", load)
     rate = load * capacity_rate(source, replica)
+    _check.finite_result(1.0 / rate, f"1 / (load={load!r} x capacity_rate(source))")
     rng = _check.generator("rng", rng)
     pick = rng.integers(0, len(source), n)
     return pd.DataFrame({
@@ -210,6 +207,7 @@ def slowdown(result, replica: Replica | None = None) -> np.ndarray:
     return latencies(result, "e2e_s") / unqueued_e2e_s(result, replica)
 
 
+@_check.guarded
 def length_buckets(tokens, quantiles=(0.5, 0.9, 0.99)) -> pd.Categorical:
     """Bucket each length by the quantiles of ``tokens`` itself.
 
@@ -220,10 +218,14 @@ def length_buckets(tokens, quantiles=(0.5, 0.9, 0.99)) -> pd.Categorical:
     x = _check.array("tokens", tokens)
     if x.size == 0:
         raise ValueError("tokens must not be empty")
+    if isinstance(quantiles, (str, bytes)) or not hasattr(quantiles, "__iter__"):
+        raise ValueError(f"quantiles must be a sequence of levels in (0, 1), got {quantiles!r}")
     qs = [_check.probability("quantiles", q) for q in quantiles]
     if list(qs) != sorted(set(qs)):
         raise ValueError(f"quantiles must be strictly increasing, got {tuple(quantiles)!r}")
-    edges = np.quantile(x, qs)
+    with np.errstate(over="ignore", invalid="ignore"):
+        edges = np.quantile(x, qs)
+    _check.finite_result(float(np.sum(np.abs(edges))), "quantiles of tokens")
     names = [f"p{100 * a:g}-p{100 * b:g}" for a, b in zip([0.0, *qs], [*qs, 1.0], strict=True)]
     codes = np.searchsorted(edges, x, side="left")
     return pd.Categorical.from_codes(codes, categories=names, ordered=True)
@@ -238,6 +240,7 @@ def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 
     ``p99 slowdown`` (dimensionless), ``mean wait (s)``, ``max wait (s)``. Values are
     rounded for display. ``buckets`` overrides the grouping (one label per request).
     """
+    _check.table("result", result, ("output_tokens", "arrival_s", "admitted_s"), minimum=1)
     groups = (length_buckets(result["output_tokens"], quantiles) if buckets is None
               else pd.Categorical(buckets))
     sd = slowdown(result, replica)
@@ -283,12 +286,12 @@ def deadline_miss_rate(result, deadline_s) -> float:
 
     A rejected, timed-out (shed) or unfinished request is a miss.
     """
+    _check.table("result", result, ("finish_s", "outcome"), minimum=1)
     deadline = _check.array("deadline_s", deadline_s) if not np.isscalar(deadline_s) else None
     if deadline is None or deadline.size != len(result):
         raise ValueError(f"deadline_s must have one value per request ({len(result)}), "
                          f"got {np.size(deadline_s)}")
-    if len(result) == 0:
-        raise ValueError("result must not be empty")
+    _check.table("result", result, ("finish_s", "outcome"), minimum=1)
     finish = _check.column(result, "finish_s", "result")
     done = (result["outcome"] == "done").to_numpy()
     return float(1.0 - (done & (finish <= deadline)).mean())
@@ -342,12 +345,13 @@ def mean_unfinished_work_s(result, service_s) -> float:
     order (FCFS, SJF, EDF, priority) on the same arrivals this is the same number: the
     order changes who waits, not how much work is waiting. Needs every request ``done``.
     """
+    _check.table("result", result, ("arrival_s", "admitted_s", "finish_s", "outcome"), minimum=1)
     s = _check.array("service_s", service_s, nonnegative_values=True)
     if s.size != len(result) or s.size == 0:
         raise ValueError(f"service_s must have one value per request ({len(result)}), got {s.size}")
     if not (result["outcome"] == "done").all():
         raise ValueError("mean_unfinished_work_s needs every request done")
-    wait = queue_wait_s(result)
+    wait = _check.array("admitted_s - arrival_s", queue_wait_s(result))
     finish = _check.array("finish_s", _check.column(result, "finish_s", "result"))
     span = float(finish.max() - _check.column(result, "arrival_s", "result").min())
     return float((s * wait + s**2 / 2).sum() / span)

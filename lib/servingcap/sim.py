@@ -110,7 +110,12 @@ def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.nda
     lam = _check.positive("arrival_rate", arrival_rate)
     horizon = _check.positive("horizon_s", horizon_s)
     rng = _check.generator("rng", rng)
-    block = int(lam * horizon + 10 * math.sqrt(lam * horizon) + 10)
+    expected = lam * horizon
+    if not expected <= _check.MAX_SAMPLES:
+        raise ValueError(f"arrival_rate * horizon_s = {expected:.3g} expected arrivals is more "
+                         f"than {_check.MAX_SAMPLES:.0e} (arrival_rate={lam!r}, "
+                         f"horizon_s={horizon!r})")
+    block = int(expected + 10 * math.sqrt(expected) + 10)
     arrivals = np.cumsum(rng.exponential(1.0 / lam, block))
     while arrivals[-1] < horizon:
         more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / lam, block))

@@ -323,6 +323,9 @@ def burst_windows(arrival_s, window_s: float, busy_share: float = 0.2,
     if a.size and a.min() < t0:
         raise ValueError(f"start must be <= the first of arrival_s ({float(a.min())!r} s), "
                          f"got {start!r}")
+    if a.size:
+        _check.windows(float(a.max() - t0), w, f"arrival_s up to {float(a.max())!r} s, from "
+                                               f"start = {t0!r} s in window_s = {w!r} s")
     idx = np.floor((a - t0) / w).astype(np.int64)
     counts = np.bincount(idx, minlength=int(idx.max()) + 1 if a.size else 0)
     k = max(1, int(round(share * counts.size)))
@@ -385,6 +388,8 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
 
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
+    _check.requests(requests)
+    _check.request_tokens(requests)
     delay = _check.nonnegative("retry_delay_s", retry_delay_s)
     tries = _check.whole("max_retries", max_retries)
     rounds = _check.whole("max_rounds", max_rounds)
@@ -433,8 +438,12 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
 
 def _retry_keys(frame: pd.DataFrame) -> set:
     """(request, attempt, arrival rounded to 1 ns) of each retry row."""
-    return set(zip(frame["request"].tolist(), frame["attempt"].tolist(),
-                   np.round(_check.column(frame, "arrival_s", "frame"), 9).tolist(), strict=True))
+    arrival = _check.column(frame, "arrival_s", "requests")
+    # Rounding to 1 ns multiplies by 1e9: leave times past 1e290 s as they are (no overflow).
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.where(np.abs(arrival) < 1e290, np.round(arrival, 9), arrival)
+    return set(zip(frame["request"].tolist(), frame["attempt"].tolist(), rounded.tolist(),
+                   strict=True))
 
 
 # --------------------------------------------------------------------------- agent chains

@@ -347,14 +347,7 @@ def _arrivals(arrival_s, minimum: int = 1, name: str = "arrival_s") -> np.ndarra
 def _trace_tokens(trace, name: str) -> None:
     """A trace's token columns, when present, must be whole numbers >= 0."""
     if isinstance(trace, pd.DataFrame):
-        for column in ("prompt_tokens", "output_tokens"):
-            if column in trace.columns:
-                values = _check.array(f"{name}[{column!r}]", _check.column(trace, column, name),
-                                      nonnegative_values=True)
-                if (values != np.round(values)).any():
-                    i = int(np.argmax(values != np.round(values)))
-                    raise ValueError(f"{name}[{column!r}] must be whole numbers of tokens, "
-                                     f"got {values[i]!r} at row {i}")
+        _check.request_tokens(trace, name)
 
 
 def _arrivals_of(arrival_s, minimum: int) -> np.ndarray:
@@ -383,7 +376,9 @@ def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     a = _arrivals(arrival_s)
     w = _check.positive("window_s", window_s)
     t0 = _check.number("start", start)
-    n_windows = int(np.floor((a.max() - t0) / w))
+    n_windows = _check.windows(float(a.max() - t0), w,
+                               f"arrival_s up to {float(a.max())!r} s, from start = {t0!r} s in "
+                               f"window_s = {w!r} s")
     if n_windows < 1:
         raise ValueError(
             f"window_s = {w!r} s is longer than the span of arrival_s after start "

@@ -404,7 +404,8 @@ class Empirical:
         with np.errstate(over="ignore"):
             scaled = self.values * factor
         _check.finite_result(float(scaled.max()), f"values x factor={factor!r}")
-        return Empirical(scaled)
+        with _check.naming("factor"):
+            return Empirical(scaled)
 
     def capped(self, cap: float) -> Empirical:
         """The distribution after a hard cap: every value above ``cap`` becomes ``cap``."""

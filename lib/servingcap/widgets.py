@@ -22,6 +22,8 @@ __all__ = ["Explorer", "explorer", "slider"]
 def slider(value: float, min: float, max: float, step: float, description: str,
            integer: bool = False):
     """A labelled slider (``integer=True`` for whole numbers such as servers)."""
+    if not isinstance(integer, bool):
+        raise ValueError(f"integer must be True or False, got {integer!r}")
     check = (lambda n, v: _check.whole(n, v, minimum=-(2**31))) if integer else _check.number
     value, min, max, step = (check(n, v) for n, v in
                              (("value", value), ("min", min), ("max", max), ("step", step)))
@@ -33,8 +35,6 @@ def slider(value: float, min: float, max: float, step: float, description: str,
         raise ValueError(f"step must be in (0, max - min], got {step!r}")
     if not isinstance(description, str):
         raise ValueError(f"description must be a string, got {description!r}")
-    if not isinstance(integer, bool):
-        raise ValueError(f"integer must be True or False, got {integer!r}")
     cls = w.IntSlider if integer else w.FloatSlider
     return cls(value=value, min=min, max=max, step=step, description=description,
                continuous_update=False, style={"description_width": "initial"},
