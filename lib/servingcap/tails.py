@@ -388,7 +388,6 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
 
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    _check.requests(requests)
     _check.request_tokens(requests)
     delay = _check.nonnegative("retry_delay_s", retry_delay_s)
     tries = _check.whole("max_retries", max_retries)
