@@ -127,6 +127,10 @@ def E(entry_name, func, /, *, allow_inf=False, allow_nan=False, heavy=False, **g
     return Entry(entry_name, func, good, allow_inf, allow_nan, heavy)
 
 
+AGENT_RUN = agents.simulate(agents.AgentSystem(), 120.0, 1)
+FANOUT_RUN = agents.simulate_fanout(agents.FanOut(), 120.0, 1)
+FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA, replicas=n),
+                                    1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -241,6 +245,7 @@ ENTRIES = [
       tpot_s=0.05, p=0.9),
     E("fleet.serving_cost", fleet.serving_cost, replicas=22, good_rate=27.0,
       price_per_replica_hour=2.0, per=1000),
+    E("fleet.FleetSearch.meets", lambda replicas: FLEET_SEARCH.meets(replicas), replicas=3),
     # kvcache
     E("kvcache.AttentionShape", kvcache.AttentionShape, layers=32, kv_heads=8, head_dim=128,
       dtype_bytes=2),
@@ -307,6 +312,20 @@ ENTRIES = [
       retries={"timeout": 2}),
     E("agents.peak_in_flight", agents.peak_in_flight, entry_s=ARRIVALS, exit_s=ARRIVALS + 1.0,
       start=0.0, end=20.0),
+    E("agents.AgentRun.boundary", lambda name: AGENT_RUN.boundary(name),
+      name="tasks in orchestrator"),
+    E("agents.AgentRun.little_table", lambda warmup_s: AGENT_RUN.little_table(warmup_s),
+      allow_nan=True, warmup_s=10.0),
+    E("agents.FanOutRun.window", lambda warmup_s: FANOUT_RUN.window(warmup_s), allow_nan=True,
+      warmup_s=10.0),
+    E("agents.FanOutRun.critical_path_quantile", lambda p, warmup_s:
+      FANOUT_RUN.critical_path_quantile(p, warmup_s), p=0.9, warmup_s=10.0),
+    E("agents.FanOutRun.utilization", lambda warmup_s: FANOUT_RUN.utilization(warmup_s),
+      warmup_s=10.0),
+    E("agents.FanOutRun.busy_breakdown", lambda warmup_s: FANOUT_RUN.busy_breakdown(warmup_s),
+      warmup_s=10.0),
+    E("agents.FanOutRun.task_metrics", lambda warmup_s: FANOUT_RUN.task_metrics(warmup_s),
+      allow_nan=True, warmup_s=10.0),
     # tails
     E("tails.request_latencies", tails.request_latencies, allow_inf=True, frame=RESULT,
       column="ttft_s", failures="inf"),

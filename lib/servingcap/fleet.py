@@ -392,6 +392,14 @@ def slot_replica(slots: int, step_s: float = 0.001) -> Replica:
 # --------------------------------------------------------------------------- search
 
 
+class NotSimulatedError(KeyError, ValueError):
+    """A fleet size :func:`smallest_fleet` did not simulate (a KeyError, as before, and a
+    ValueError about the ``replicas`` argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class FleetSearch:
     """Result of :func:`smallest_fleet`: the answer and every fleet it simulated."""
@@ -402,11 +410,13 @@ class FleetSearch:
     """One row per simulated fleet: replicas, ttft_p (s), tpot_p (s), meets."""
 
     def meets(self, replicas: int) -> bool:
-        """Whether a simulated fleet of this size met the SLOs (KeyError if not run)."""
+        """Whether a simulated fleet of this size met the SLOs (KeyError if not run; the
+        error is also a ValueError naming ``replicas``)."""
+        replicas = _check.whole("replicas", replicas)
         row = self.trials.loc[self.trials.replicas == replicas]
         if row.empty:
             tried = sorted(self.trials.replicas)
-            raise KeyError(f"replicas={replicas} was not simulated; tried {tried}")
+            raise NotSimulatedError(f"replicas={replicas} was not simulated; tried {tried}")
         return bool(row.meets.iloc[0])
 
 
