@@ -371,8 +371,8 @@ def arrivals_and_services(arrival_times, service_times, names=("arrival_times", 
     if a.size:
         # Every start, finish and wait of a FCFS queue lies within
         # [min(a), max(a) + sum(s)], so when twice that span is finite nothing overflows.
-        with np.errstate(over="ignore"):
-            reach, total = float(np.abs(a).max()), float(s.sum())
+        with np.errstate(over="ignore"):      # arrivals are sorted: |a| peaks at an end
+            reach, total = max(abs(float(a[0])), abs(float(a[-1]))), float(s.sum())
         finite_result(2 * (reach + total),
                       f"max |{arrivals}| + sum({services}) = {reach:.3g} + {total:.3g} s")
     return a, s
