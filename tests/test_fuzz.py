@@ -156,6 +156,10 @@ ENTRIES = [
     E("queues.erlang_c", queues.erlang_c, servers=10, offered_load=8.0),
     E("queues.sqrt_staffing", queues.sqrt_staffing, offered_load=100.0, beta=2.0),
     E("queues.halfin_whitt_prob_wait", queues.halfin_whitt_prob_wait, beta=1.0),
+    *([E("queues.GG1", queues.GG1, arrival_rate=0.5, mean_service=1.0, arrival_cv=1.0,
+         service_cv=1.0),
+       E("queues.GG1.from_samples", queues.GG1.from_samples, arrival_times=ARRIVALS,
+         service_times=SERVICES)] if hasattr(queues, "GG1") else []),
     # sim
     E("sim.fcfs_waits", sim.fcfs_waits, arrival_times=ARRIVALS, service_times=SERVICES,
       servers=2),
