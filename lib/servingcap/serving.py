@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import _check
+from . import _check, _fast_engine
 from .params import LOCKED
 
 __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
@@ -59,6 +59,9 @@ POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
 ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
            "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
+# Run eligible configurations on the lazy engine in _fast_engine (same outputs, faster);
+# tests switch it off to compare with the step-by-step reference, _Engine.
+_FAST_PATH = True
 
 
 @dataclass(frozen=True)
@@ -1003,10 +1006,13 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     steps: list | None = [] if step_log else None
 
     shared = _Queue() if router == "pooled" else None
+    fast = _FAST_PATH and _fast_engine.usable(replica, step_log, horizon)
+    lists = _fast_engine.Shared(req) if fast else None
     engines = []
     for k in range(n_rep):
         queue = shared if shared is not None else _Queue()
-        engine = _Engine(k, replica, req, queue, policy, steps)
+        engine = (_fast_engine.FastEngine(k, replica, req, queue, policy, lists) if fast
+                  else _Engine(k, replica, req, queue, policy, steps))
         queue.replicas.append(engine)
         engines.append(engine)
     route = _Router(router, engines, req, rng, affinity_bound)

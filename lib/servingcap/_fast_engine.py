@@ -1,0 +1,285 @@
+"""The serving engine's fast path: one replica whose decodes are accounted lazily.
+
+:class:`servingcap.serving._Engine` is the reference: it updates every decoding
+sequence's counters (tokens generated, last token time, largest gap) at the end of every
+step, with numpy fancy indexing on arrays of a few dozen entries. Most of a replay's time
+went there. This engine runs the same schedule for the configurations where a decoding
+sequence emits a token in *every* step of its replica until it finishes:
+``mode="combined"``, the default cost model, no KV limit, no preemption and no step log
+(:func:`usable` says when). Then all of a replica's decoding sequences share one token
+clock, and a sequence's state follows from where it joined it:
+
+* tokens generated = 1 + (ticks now - ticks when its first token came out);
+* it finishes when the clock reaches ``join + output_tokens - 1`` (a heap of those);
+* its largest inter-token gap is the largest per-step gap the replica logged since it
+  joined (one float per step, computed with the reference engine's own arithmetic, so
+  the result is the same float).
+
+Runs of identical steps are also taken at once, as the reference does for pure-decode
+steps, and additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a
+time with an unchanging decode batch): their boundaries are summed one step at a time, as
+the reference does, so every time is the same float. An arrival that could join cuts
+either kind of run at the next step boundary at or after it.
+
+Outputs are identical to the reference engine's, bit for bit (``tests/test_fast_engine.py``).
+Units: seconds, tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import OrderedDict
+
+__all__ = ["usable", "FastEngine", "Shared"]
+
+
+def usable(spec, step_log: bool, horizon: float) -> bool:
+    """Whether :class:`FastEngine` reproduces the reference for this replica and run."""
+    return (spec.mode == "combined" and spec.step_time is None
+            and spec.kv_capacity_tokens is None and not spec.preemptive
+            and not step_log and horizon == math.inf)
+
+
+class Shared:
+    """Per-request inputs as Python lists (fast scalar reads) and the prefill left."""
+
+    def __init__(self, req):
+        self.prompt = req.prompt.tolist()
+        self.output = req.output.tolist()
+        self.arrival = req.arrival.tolist()
+        self.deadline = req.deadline.tolist()
+        self.left = [0] * req.n
+
+
+class FastEngine:
+    """One replica (see the module docstring); same interface as ``serving._Engine``."""
+
+    def __init__(self, index: int, spec, req, queue, policy: str, shared: Shared):
+        self.index, self.spec, self.req, self.queue, self.policy = index, spec, req, queue, policy
+        self.s = shared
+        self.running: set[int] = set()
+        self.prefilling: list[int] = []       # admission order; completions leave the front
+        self.busy_until = math.inf
+        self.work = 0
+        self.prefix: OrderedDict = OrderedDict()   # LRU of prompt block ids
+        self.chunk = spec.chunk_tokens or math.inf
+        self.rate = spec.prefill_rate
+        self.max_batch = spec.max_batch
+        self.expires = spec.timeout_s is not None or spec.shed_past_deadline
+        self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
+        # the shared token clock of the decoding sequences
+        self.ticks = 0                        # tokens each continuing decoder has emitted
+        self.gaps: list[float] = []           # per logged step: its inter-token gap (s)
+        self.finishes: list = []              # heap of (tick at which it finishes, i)
+        self.joined: dict[int, tuple[int, int]] = {}   # i -> (tick, gap index) at join
+        # the step (or run of identical steps) in flight
+        self.step_start = self.step_duration = 0.0
+        self.repeat = 1
+        self.step_decode = 0                  # decoding sequences in it
+        self.step_chunks: list[tuple[int, int]] = []
+        self.bounds: list[float] | None = None    # a chunk run's step ends, summed
+        self.step_work = 0                    # work done by one step of a chunk run
+
+    # ---- the router's view
+    def load(self) -> int:
+        """Outstanding requests (waiting here + admitted), for ``least_requests``."""
+        return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+
+    def work_at(self, t: float) -> int:
+        """Outstanding work (tokens) at ``t``, as if the steps of a run ending before
+        ``t`` had been applied one by one (see ``serving._Engine.work_at``)."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return self.work
+        if self.bounds is not None:
+            return self.work - bisect.bisect_left(self.bounds, t) * self.step_work
+        ended = math.ceil((t - self.step_start) / self.step_duration) - 1
+        return self.work - min(max(ended, 0), self.repeat) * self.step_decode
+
+    def enqueue(self, i: int) -> None:
+        """Route request ``i`` to this replica's queue and count its work."""
+        self.queue.push(self.req.key(i, self.policy), i)
+        self.work += self.s.prompt[i] + self.s.output[i]
+
+    # ---- admission
+    def _admit(self, now: float) -> None:
+        r, s, spec, heap = self.req, self.s, self.spec, self.queue.heap
+        while heap and len(self.running) < self.max_batch:
+            i = heap[0][1]
+            if self.expires:
+                expiry = min(s.deadline[i] if spec.shed_past_deadline else math.inf,
+                             math.inf if spec.timeout_s is None
+                             else r.arrival[i] + spec.timeout_s)
+                if expiry <= now:
+                    heapq.heappop(heap)
+                    self.work -= s.prompt[i] + s.output[i]
+                    r.outcome[i], r.finish[i] = "timed_out", expiry
+                    if r.replica[i] < 0:
+                        r.replica[i] = self.index
+                    continue
+            heapq.heappop(heap)
+            r.replica[i] = self.index
+            r.admitted[i] = now
+            cached = self._prefix_hit(i) if self.spec.prefix_cache_blocks else 0
+            r.cached[i] = cached
+            s.left[i] = s.prompt[i] - cached
+            self.work -= cached
+            self.running.add(i)
+            self.prefilling.append(i)
+
+    def _prefix_hit(self, i: int) -> int:
+        hits, prefix = 0, self.prefix
+        for block in self.req.hash_ids[i]:
+            if block not in prefix:
+                break
+            prefix.move_to_end(block)
+            hits += 1
+        return int(min(hits * self.spec.prefix_block_tokens, self.s.prompt[i] - 1))
+
+    def _remember_prefix(self, i: int) -> None:
+        prefix = self.prefix
+        for block in self.req.hash_ids[i]:
+            prefix[block] = True
+            prefix.move_to_end(block)
+        while len(prefix) > self.spec.prefix_cache_blocks:
+            prefix.popitem(last=False)
+
+    # ---- one step
+    def _decode_time(self, batch: int) -> float:
+        cache = self.decode_cache
+        if cache is None:
+            return self.spec.decode_time(batch)
+        while len(cache) <= batch:
+            cache.append(self.spec.decode_time(len(cache)))
+        return cache[batch]
+
+    def plan(self, now: float) -> None:
+        """Admit what fits and start the next step (or run of identical steps) at
+        ``now``, or go idle."""
+        self._admit(now)
+        left, budget = self.s.left, self.chunk
+        chunks, tokens = [], 0
+        for i in self.prefilling:
+            if budget <= 0:
+                break
+            take = left[i] if left[i] < budget else budget
+            chunks.append((i, take))
+            budget -= take
+            tokens += take
+        decoding = len(self.finishes)
+        self.bounds = None
+        if not chunks and not decoding:
+            self.busy_until = math.inf
+            self.step_chunks, self.step_decode = [], 0
+            return
+        duration = self._decode_time(decoding) + tokens / self.rate
+        repeat = 1
+        if not chunks:
+            repeat = max(self.finishes[0][0] - self.ticks, 1)
+            self.busy_until = now + repeat * duration
+        else:
+            self.busy_until = now + duration
+            if len(chunks) == 1 and budget <= 0:          # one full chunk: may repeat
+                repeat = self._chunk_run(now, duration, chunks[0][0])
+        self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
+        self.step_start, self.step_duration = now, duration
+
+    def _chunk_run(self, now: float, duration: float, i: int) -> int:
+        """Steps that prefill ``chunk_tokens`` of prompt ``i`` with the same decodes,
+        until its last chunk or the first finish (after which the batch changes).
+        Admission cannot change them: the queue is empty or the batch full."""
+        if self.queue.heap and len(self.running) < self.max_batch:
+            return 1
+        n = self.s.left[i] // self.chunk
+        if self.s.left[i] % self.chunk == 0:
+            n -= 1                                      # its last chunk emits a token
+        if self.finishes:
+            n = min(n, self.finishes[0][0] - self.ticks)
+        if n <= 1:
+            return 1
+        bounds, end = [], now
+        for _ in range(n):
+            end += duration
+            bounds.append(end)
+        self.bounds, self.busy_until = bounds, end
+        self.step_work = self.chunk + len(self.finishes)
+        return n
+
+    def cut(self, t: float) -> None:
+        """A request that could join arrived at ``t``: end the run at the first step
+        boundary at or after ``t``."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return
+        if len(self.running) >= self.max_batch:
+            return
+        if self.bounds is not None:
+            keep = max(1, bisect.bisect_left(self.bounds, t) + 1)
+            if keep >= self.repeat:
+                return
+            del self.bounds[keep:]
+            self.repeat, self.busy_until = keep, self.bounds[-1]
+            return
+        keep = max(1, math.ceil((t - self.step_start) / self.step_duration))
+        if keep >= self.repeat:
+            return
+        self.repeat = keep
+        self.busy_until = self.step_start + keep * self.step_duration
+
+    def finish_step(self) -> None:
+        """Apply the step (or run) that ends at ``busy_until``."""
+        now, r, s = self.busy_until, self.req, self.s
+        repeat, decoding, gaps = self.repeat, self.step_decode, self.gaps
+        if self.bounds is not None:                    # a chunk run
+            if decoding:
+                previous = self.step_start
+                for end in self.bounds:
+                    gaps.append(end - previous)
+                    previous = end
+                self.ticks += repeat
+            (i, take), = self.step_chunks
+            s.left[i] -= take * repeat
+            self.work -= self.step_work * repeat
+            self.bounds = None
+        else:
+            if decoding:
+                if repeat > 1:
+                    step = (now - self.step_start) / repeat
+                    gaps.append(max(step, now - (now - step)))
+                    self.work -= (repeat - 1) * decoding
+                else:
+                    gaps.append(now - self.step_start)
+                self.ticks += repeat
+                self.work -= decoding
+            done = 0
+            for i, take in self.step_chunks:
+                self.work -= take
+                left = s.left[i] = s.left[i] - take
+                if left == 0:
+                    done += 1
+                    self._first_token(i, now)
+            if done:
+                del self.prefilling[:done]
+        finishes = self.finishes
+        while finishes and finishes[0][0] <= self.ticks:
+            i = heapq.heappop(finishes)[1]
+            self._done(i, now, s.output[i])
+            r.max_gap[i] = max(gaps[self.joined.pop(i)[1]:])
+
+    def _first_token(self, i: int, now: float) -> None:
+        r = self.req
+        r.first[i] = now
+        if self.spec.prefix_cache_blocks:
+            self._remember_prefix(i)
+        self.work -= 1
+        output = self.s.output[i]
+        if output == 1:
+            self._done(i, now, 1)
+            return
+        self.joined[i] = (self.ticks, len(self.gaps))
+        heapq.heappush(self.finishes, (self.ticks + output - 1, i))
+
+    def _done(self, i: int, now: float, generated: int) -> None:
+        r = self.req
+        r.finish[i], r.outcome[i], r.generated[i] = now, "done", generated
+        self.running.discard(i)
