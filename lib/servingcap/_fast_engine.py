@@ -85,7 +85,7 @@ class FastEngine:
     # ---- the router's view
     def load(self) -> int:
         """Outstanding requests (waiting here + admitted), for ``least_requests``."""
-        return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+        return len(self.running) + (len(self.queue.heap) if len(self.queue.replicas) == 1 else 0)
 
     def work_at(self, t: float) -> int:
         """Outstanding work (tokens) at ``t``, as if the steps of a run ending before
