@@ -30,7 +30,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections import OrderedDict
+
+from .serving import _Engine
 
 __all__ = ["usable", "FastEngine", "Shared"]
 
@@ -53,17 +54,14 @@ class Shared:
         self.left = [0] * req.n
 
 
-class FastEngine:
-    """One replica (see the module docstring); same interface as ``serving._Engine``."""
+class FastEngine(_Engine):
+    """One replica (see the module docstring); the reference's interface, routing
+    counters and prefix cache, a lazy token clock for its decodes."""
 
     def __init__(self, index: int, spec, req, queue, policy: str, shared: Shared):
-        self.index, self.spec, self.req, self.queue, self.policy = index, spec, req, queue, policy
+        super().__init__(index, spec, req, queue, policy, None)
         self.s = shared
-        self.running: set[int] = set()
-        self.prefilling: list[int] = []       # admission order; completions leave the front
-        self.busy_until = math.inf
-        self.work = 0
-        self.prefix: OrderedDict = OrderedDict()   # LRU of prompt block ids
+        self.running: set[int] = set()        # (the reference keeps admission order)
         self.chunk = spec.chunk_tokens or math.inf
         self.rate = spec.prefill_rate
         self.max_batch = spec.max_batch
@@ -74,31 +72,27 @@ class FastEngine:
         self.gaps: list[float] = []           # per logged step: its inter-token gap (s)
         self.finishes: list = []              # heap of (tick at which it finishes, i)
         self.joined: dict[int, tuple[int, int]] = {}   # i -> (tick, gap index) at join
-        # the step (or run of identical steps) in flight
-        self.step_start = self.step_duration = 0.0
-        self.repeat = 1
-        self.step_decode = 0                  # decoding sequences in it
+        # the step (or run of identical steps) in flight; step_decode counts its decodes
+        self.step_decode = 0
         self.step_chunks: list[tuple[int, int]] = []
         self.bounds: list[float] | None = None    # a chunk run's step ends, summed
         self.step_work = 0                    # work done by one step of a chunk run
 
     # ---- the router's view
-    def load(self) -> int:
-        """Outstanding requests (waiting here + admitted), for ``least_requests``."""
-        return len(self.running) + (len(self.queue.heap) if len(self.queue.replicas) == 1 else 0)
+    def _step_batch(self) -> int:
+        return self.step_decode
 
     def work_at(self, t: float) -> int:
         """Outstanding work (tokens) at ``t``, as if the steps of a run ending before
-        ``t`` had been applied one by one (see ``serving._Engine.work_at``)."""
+        ``t`` had been applied one by one."""
         if self.repeat <= 1 or self.busy_until == math.inf:
             return self.work
-        if self.bounds is not None:
-            return self.work - bisect.bisect_left(self.bounds, t) * self.step_work
-        ended = math.ceil((t - self.step_start) / self.step_duration) - 1
-        return self.work - min(max(ended, 0), self.repeat) * self.step_decode
+        if self.bounds is None:
+            return super().work_at(t)
+        return self.work - bisect.bisect_left(self.bounds, t) * self.step_work
 
     def enqueue(self, i: int) -> None:
-        """Route request ``i`` to this replica's queue and count its work."""
+        """The reference's, reading Python ints instead of numpy scalars."""
         self.queue.push(self.req.key(i, self.policy), i)
         self.work += self.s.prompt[i] + self.s.output[i]
 
@@ -127,23 +121,6 @@ class FastEngine:
             self.work -= cached
             self.running.add(i)
             self.prefilling.append(i)
-
-    def _prefix_hit(self, i: int) -> int:
-        hits, prefix = 0, self.prefix
-        for block in self.req.hash_ids[i]:
-            if block not in prefix:
-                break
-            prefix.move_to_end(block)
-            hits += 1
-        return int(min(hits * self.spec.prefix_block_tokens, self.s.prompt[i] - 1))
-
-    def _remember_prefix(self, i: int) -> None:
-        prefix = self.prefix
-        for block in self.req.hash_ids[i]:
-            prefix[block] = True
-            prefix.move_to_end(block)
-        while len(prefix) > self.spec.prefix_cache_blocks:
-            prefix.popitem(last=False)
 
     # ---- one step
     def _decode_time(self, batch: int) -> float:
@@ -209,22 +186,17 @@ class FastEngine:
     def cut(self, t: float) -> None:
         """A request that could join arrived at ``t``: end the run at the first step
         boundary at or after ``t``."""
-        if self.repeat <= 1 or self.busy_until == math.inf:
+        if self.repeat <= 1:
             return
-        if len(self.running) >= self.max_batch:
+        if self.bounds is None:
+            super().cut(t)
             return
-        if self.bounds is not None:
-            keep = max(1, bisect.bisect_left(self.bounds, t) + 1)
-            if keep >= self.repeat:
-                return
+        if self.busy_until == math.inf or len(self.running) >= self.max_batch:
+            return
+        keep = max(1, bisect.bisect_left(self.bounds, t) + 1)
+        if keep < self.repeat:
             del self.bounds[keep:]
             self.repeat, self.busy_until = keep, self.bounds[-1]
-            return
-        keep = max(1, math.ceil((t - self.step_start) / self.step_duration))
-        if keep >= self.repeat:
-            return
-        self.repeat = keep
-        self.busy_until = self.step_start + keep * self.step_duration
 
     def finish_step(self) -> None:
         """Apply the step (or run) that ends at ``busy_until``."""

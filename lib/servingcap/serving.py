@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import _check, _fast_engine
+from . import _check
 from .params import LOCKED
 
 __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
@@ -551,7 +551,11 @@ class _Engine:
         if self.repeat <= 1 or self.busy_until == math.inf:
             return self.work
         ended = math.ceil((t - self.step_start) / self.step_duration) - 1
-        return self.work - min(max(ended, 0), self.repeat) * int(self.step_decode.size)
+        return self.work - min(max(ended, 0), self.repeat) * self._step_batch()
+
+    def _step_batch(self) -> int:
+        """Decoding sequences in the step in flight."""
+        return int(self.step_decode.size)
 
     def enqueue(self, i: int) -> None:
         """Route request ``i`` to this replica's queue and count its work."""
@@ -1006,6 +1010,8 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     order = np.argsort(req.arrival, kind="stable")
     rng = np.random.default_rng(seed)
     steps: list | None = [] if step_log else None
+
+    from . import _fast_engine  # here, not at the top: it subclasses _Engine
 
     shared = _Queue() if router == "pooled" else None
     fast = _FAST_PATH and _fast_engine.usable(replica, step_log, horizon)
