@@ -31,6 +31,12 @@ shared queue; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
+
+Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
+default combined mode with the default cost model, no KV limit, no preemption, no step
+log and no ``until_s``, :func:`simulate` runs ``_fast_engine.FastEngine`` instead. It
+accounts for decodes lazily and takes runs of identical chunk steps at once, and gives
+the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
 from __future__ import annotations
