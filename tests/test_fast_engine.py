@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from servingcap import serving
 from servingcap._fast_engine import usable
-from servingcap.serving import Replica, simulate
+from servingcap.serving import Replica, detailed, simulate
 
 
 def requests(n=600, rate=5.0, seed=7, prompt=(200, 3000), outputs=(1, 400)):
@@ -37,6 +37,18 @@ def fast_and_reference(monkeypatch, frame, replica, **options):
     return fast, reference
 
 
+@detailed
+def detailed_cost(step):
+    """Order-sensitive float sums over each chunk and each decode's context (s)."""
+    seconds = 0.0
+    for chunk, cached in zip(step.prefill_chunks.tolist(), step.prefill_cached.tolist(),
+                             strict=True):
+        seconds += 1e-4 * chunk + 1e-9 * chunk * (chunk + 2 * cached)
+    for context in step.decode_context.tolist():
+        seconds += 3e-7 * context
+    return seconds + (0.008 if step.decode_context.size else 0.0)
+
+
 CASES = {
     "whole prompts": ({}, {}),
     "chunk 256": ({"chunk_tokens": 256}, {}),
@@ -53,6 +65,10 @@ CASES = {
     "edf": ({"chunk_tokens": 512, "max_batch": 8}, {"policy": "edf"}),
     "prefix cache": ({"prefix_cache_blocks": 8, "prefix_block_tokens": 128,
                       "chunk_tokens": 256}, {}),
+    "totals cost model": ({"step_time": lambda p, b, c: 0.01 + 2e-7 * c + p / 9000,
+                           "chunk_tokens": 256}, {}),
+    "detailed cost model": ({"step_time": detailed_cost, "chunk_tokens": 300,
+                             "prefix_cache_blocks": 8, "prefix_block_tokens": 128}, {}),
 }
 ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
            "round_robin", "pooled"]
@@ -81,7 +97,6 @@ def test_one_replica_near_saturation_equal_the_reference_exactly(monkeypatch):
 @pytest.mark.parametrize("spec, options", [
     ({"kv_capacity_tokens": 200_000}, {}),
     ({"preemptive": True}, {}),
-    ({"step_time": lambda p, b, c: 0.03 + p / 8000}, {}),
     ({"mode": "mixed", "max_batched_tokens": 512}, {}),
     ({"mode": "prefill_first"}, {}),
     ({}, {"step_log": True}),

@@ -5,7 +5,7 @@ sequence's counters (tokens generated, last token time, largest gap) at the end 
 step, with numpy fancy indexing on arrays of a few dozen entries. Most of a replay's time
 went there. This engine runs the same schedule for the configurations where a decoding
 sequence emits a token in *every* step of its replica until it finishes:
-``mode="combined"``, the default cost model, no KV limit, no preemption and no step log
+``mode="combined"``, no KV limit, no preemption, no step log and no ``until_s``
 (:func:`usable` says when). Then all of a replica's decoding sequences share one token
 clock, and a sequence's state follows from where it joined it:
 
@@ -19,7 +19,10 @@ Runs of identical steps are also taken at once, as the reference does for pure-d
 steps, and additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a
 time with an unchanging decode batch): their boundaries are summed one step at a time, as
 the reference does, so every time is the same float. An arrival that could join cuts
-either kind of run at the next step boundary at or after it.
+either kind of run at the next step boundary at or after it. A reader's cost model
+(``Replica(step_time=...)``) gets the reference's step detail every step, and steps
+are never taken together, as in the reference: there the gain is smaller (about 1.7x
+with DistServe's profile), bounded by the cost model's own time.
 
 Outputs are identical to the reference engine's, bit for bit (``tests/test_fast_engine.py``).
 Units: seconds, tokens.
@@ -31,15 +34,16 @@ import bisect
 import heapq
 import math
 
-from .serving import _Engine
+import numpy as np
+
+from .serving import StepDetail, _Engine
 
 __all__ = ["usable", "FastEngine", "Shared"]
 
 
 def usable(spec, step_log: bool, horizon: float) -> bool:
     """Whether :class:`FastEngine` reproduces the reference for this replica and run."""
-    return (spec.mode == "combined" and spec.step_time is None
-            and spec.kv_capacity_tokens is None and not spec.preemptive
+    return (spec.mode == "combined" and spec.kv_capacity_tokens is None and not spec.preemptive
             and not step_log and horizon == math.inf)
 
 
@@ -52,6 +56,7 @@ class Shared:
         self.arrival = req.arrival.tolist()
         self.deadline = req.deadline.tolist()
         self.left = [0] * req.n
+        self.prefilled = [0] * req.n          # context cached so far (user cost models)
 
 
 class FastEngine(_Engine):
@@ -67,6 +72,10 @@ class FastEngine(_Engine):
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
         self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
+        # a user cost model sees each step's detail (and steps never repeat, as in the
+        # reference): keep the running sequences in admission order for it
+        self.user_cost = spec.step_time is not None
+        self.order: list[int] = []
         # the shared token clock of the decoding sequences
         self.ticks = 0                        # tokens each continuing decoder has emitted
         self.gaps: list[float] = []           # per logged step: its inter-token gap (s)
@@ -118,6 +127,9 @@ class FastEngine(_Engine):
             cached = self._prefix_hit(i) if self.spec.prefix_cache_blocks else 0
             r.cached[i] = cached
             s.left[i] = s.prompt[i] - cached
+            if self.user_cost:
+                s.prefilled[i] = cached
+                self.order.append(i)
             self.work -= cached
             self.running.add(i)
             self.prefilling.append(i)
@@ -150,17 +162,31 @@ class FastEngine(_Engine):
             self.busy_until = math.inf
             self.step_chunks, self.step_decode = [], 0
             return
-        duration = self._decode_time(decoding) + tokens / self.rate
         repeat = 1
-        if not chunks:
+        if self.user_cost:
+            duration = self._user_cost(chunks)
+            self.busy_until = now + duration
+        elif not chunks:
+            duration = self._decode_time(decoding)
             repeat = max(self.finishes[0][0] - self.ticks, 1)
             self.busy_until = now + repeat * duration
         else:
+            duration = self._decode_time(decoding) + tokens / self.rate
             self.busy_until = now + duration
             if len(chunks) == 1 and budget <= 0:          # one full chunk: may repeat
                 repeat = self._chunk_run(now, duration, chunks[0][0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
+
+    def _user_cost(self, chunks) -> float:
+        """The step's duration from the reader's cost model, given the same detail the
+        reference builds (decodes in admission order)."""
+        prompt, joined, ticks = self.s.prompt, self.joined, self.ticks
+        context = [prompt[i] + 1 + ticks - joined[i][0] for i in self.order if i in joined]
+        return self.spec.cost(StepDetail(
+            prefill_chunks=np.array([take for _, take in chunks], dtype=np.int64),
+            prefill_cached=np.array([self.s.prefilled[i] for i, _ in chunks], dtype=np.int64),
+            decode_context=np.array(context, dtype=np.int64)))
 
     def _chunk_run(self, now: float, duration: float, i: int) -> int:
         """Steps that prefill ``chunk_tokens`` of prompt ``i`` with the same decodes,
@@ -227,6 +253,8 @@ class FastEngine(_Engine):
             for i, take in self.step_chunks:
                 self.work -= take
                 left = s.left[i] = s.left[i] - take
+                if self.user_cost:
+                    s.prefilled[i] += take
                 if left == 0:
                     done += 1
                     self._first_token(i, now)
@@ -255,3 +283,5 @@ class FastEngine(_Engine):
         r = self.req
         r.finish[i], r.outcome[i], r.generated[i] = now, "done", generated
         self.running.discard(i)
+        if self.user_cost:
+            self.order.remove(i)

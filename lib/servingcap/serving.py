@@ -33,9 +33,9 @@ Units: seconds, tokens, tokens/s. Every request given appears exactly once in th
 output of :func:`simulate`.
 
 Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-default combined mode with the default cost model, no KV limit, no preemption, no step
-log and no ``until_s``, :func:`simulate` runs ``_fast_engine.FastEngine`` instead. It
-accounts for decodes lazily and takes runs of identical chunk steps at once, and gives
+default combined mode with no KV limit, no preemption, no step log and no ``until_s``,
+:func:`simulate` runs ``_fast_engine.FastEngine`` instead. It accounts for decodes
+lazily and takes runs of identical steps at once, and gives
 the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
