@@ -89,6 +89,7 @@ test-browser: $(STAMP) chromium $(BOOK_INDEX)
 bench: $(STAMP)
 	$(BIN)/python bench/fcfs_vs_ciw.py
 	$(BIN)/python bench/serving_replay.py
+	$(BIN)/python bench/engine_speedup.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench
