@@ -142,8 +142,10 @@ def test_capacity_below_the_grid_is_not_the_first_rate():
     assert on.where == "on the grid" and on.rate == pytest.approx(2.5)
     assert on.describe() == "2.50 req/s" and on.describe(".1f", unit="") == "2.5"
     assert found.describe(unit="") == "below the grid (< 0.26)"
-    with pytest.raises(ValueError, match="rates must not be empty"):
+    with pytest.raises(ValueError, match="same non-zero length, got 0 and 0"):
         gp.capacity_on_grid([], [])
+    with pytest.raises(ValueError, match="rates must be strictly increasing"):
+        gp.capacity_on_grid([2.0, 1.0], [1.0, 1.0])
     with pytest.raises(ValueError, match=r"attainment must lie in \[0, 1\]"):
         gp.capacity_on_grid([1.0], [1.5])
 
