@@ -4,8 +4,10 @@ Every function of the package that runs many independent simulations (replicatio
 sweeps, searches) takes ``executor=`` and hands its tasks to :func:`run_all`:
 
 - ``"auto"`` (the default): a process pool on this machine's cores, shared by every
-  call (started on first use, stopped at exit; the ``spawn`` start method, which works
-  inside Jupyter kernels and pytest). It falls back to running in this process when
+  call (started on first use, stopped at exit). Its workers are forked when this
+  process runs a single thread (a plain script needs no ``if __name__ == "__main__"``
+  guard) and spawned otherwise (a Jupyter kernel runs threads, and forking a threaded
+  process is unsafe). It falls back to running in this process when
   the machine has one core, when there is a single task, or when a task cannot be
   pickled (e.g. a cost model written as a ``lambda``).
 - ``None``: run in this process, one task after another (the serial path).
@@ -25,6 +27,7 @@ import atexit
 import multiprocessing
 import os
 import pickle
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -58,7 +61,9 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     n = default_workers() if workers is None else _check.whole("workers", workers)
     if _POOL is None or _POOL_WORKERS != n:
         _shutdown()
-        _POOL = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+        method = ("fork" if threading.active_count() == 1
+                  and "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        _POOL = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method))
         _POOL_WORKERS = n
     return _POOL
 

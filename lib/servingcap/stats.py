@@ -291,7 +291,7 @@ class Verdict:
 
 
 def steady_state(values, *, batches: int = 20, alpha: float = 0.01,
-                 max_growth: float = 0.5) -> Verdict:
+                 max_growth: float = 0.5, scale: float | None = None) -> Verdict:
     """Steady-state verdict for a latency series in arrival order (seconds).
 
     Three tests, any of which makes the run ``"unstable"``:
@@ -307,6 +307,12 @@ def steady_state(values, *, batches: int = 20, alpha: float = 0.01,
        means. The run is then not much longer than the queue's memory, as for a queue at
        utilization 1, whose backlog wanders like a random walk with no mean to return to.
 
+    With ``scale`` given (in the unit of ``values``), growth is measured against it
+    instead of the kept mean, and tests 1 and 3 count only when the batch means span
+    more than ``max_growth * scale``: a drift too small to matter is not called
+    unstable. Use it to measure movement in a unit that matters, e.g. the TTFT limit, or
+    the miss fraction a target allows when ``values`` are per-request misses (0/1).
+
     A queue with utilization >= 1 fails at least one; so does a fleet whose router
     keeps synchronizing its replicas (latency climbing along the run). A stable queue
     observed for many times its relaxation time passes with probability about
@@ -317,19 +323,30 @@ def steady_state(values, *, batches: int = 20, alpha: float = 0.01,
     b = _check.whole("batches", batches, minimum=4)
     a = _check.probability("alpha", alpha)
     g = _check.positive("max_growth", max_growth)
+    unit = None if scale is None else _check.positive("scale", scale)
     warm = mser(x)
     kept = x[warm.delete:]
-    if not warm.settled:
+
+    def batch_means(series):
+        size = series.size // b
+        return series[series.size - b * size:].reshape(b, size).mean(axis=1)
+
+    def moves(means) -> float:
+        if unit is None:
+            return math.inf                      # no materiality gate without a scale
+        spread = float(means.max() - means.min())
+        return spread / unit
+
+    if not warm.settled and x.size >= 2 * b and moves(batch_means(x)) > g:
         return Verdict(False, f"warm-up not over by mid-run (MSER-5 cut at {warm.delete} of "
                        f"{warm.observations} observations)", warm, math.nan, math.nan)
     if kept.size < 2 * b:
         return Verdict(True, f"too few observations after warm-up ({kept.size}) for a trend "
                        "test", warm, 0.0, 1.0)
-    size = kept.size // b
-    means = kept[kept.size - b * size:].reshape(b, size).mean(axis=1)
+    means = batch_means(kept)
     fit = _st.linregress(np.arange(b, dtype=float), means)
-    scale = abs(float(means.mean()))
-    growth = float(fit.slope) * (b - 1) / scale if scale > 0 else 0.0
+    ref = unit if unit is not None else abs(float(means.mean()))
+    growth = float(fit.slope) * (b - 1) / ref if ref > 0 else 0.0
     if fit.stderr > 0:
         p_value = float(_st.t.sf(fit.slope / fit.stderr, b - 2))
     else:
@@ -340,7 +357,7 @@ def steady_state(values, *, batches: int = 20, alpha: float = 0.01,
     centred = means - means.mean()
     denom = float(centred @ centred)
     lag1 = float(centred[:-1] @ centred[1:]) / denom if denom > 0 else 0.0
-    if lag1 > _st.norm.isf(a) / math.sqrt(b):
+    if lag1 > _st.norm.isf(a) / math.sqrt(b) and moves(means) > g:
         return Verdict(False, f"batch means wander (lag-1 correlation {lag1:.2f} over {b} "
                        "batches): no level to settle at in this run", warm, growth, p_value)
     return Verdict(True, f"no trend after a warm-up of {warm.delete} observations "
