@@ -59,7 +59,7 @@ from .traffic import mean_rate, rescale_to_rate
 
 __all__ = [
     "Lengths", "PoissonWorkload", "CapacityResult", "capacity_search", "evaluate",
-    "fluid_rate", "hold_time", "slo_floor", "goodput_curve", "CurveKnee", "curve_knee",
+    "fluid_rate", "hold_time", "slo_floor", "infeasible", "goodput_curve", "CurveKnee", "curve_knee",
     "FleetResult", "smallest_fleet", "Plan", "plan", "CURVE_COLUMNS", "VERDICTS",
     "MAX_REQUESTS_PER_RUN",
 ]
@@ -396,6 +396,34 @@ def _seconds(limit) -> bool:
     return isinstance(limit, float)
 
 
+_EXACT_CHUNKS = 1_000       # idle prefill is summed chunk by chunk up to this many chunks
+
+
+def _idle_prefill(replica: Replica, prompt: int) -> float:
+    """Seconds to prefill ``prompt`` tokens alone on ``replica``, chunk by chunk.
+
+    The default cost model charges ``tokens / prefill_rate`` per step, so the sum is
+    ``prompt / prefill_rate`` however it is chunked. A custom ``step_time`` is summed
+    exactly (each chunk at its cached context) up to 1,000 chunks; beyond that the full
+    chunks are costed at an evenly spaced sample of 1,000 positions (bounded time).
+    """
+    if replica.step_time is None:
+        return prompt / replica.prefill_rate
+    chunk = replica.chunk_tokens or prompt
+    full, rest = divmod(prompt, chunk)
+    weight = 1.0
+    if full > _EXACT_CHUNKS:
+        weight = full / _EXACT_CHUNKS
+        starts = np.linspace(0, full - 1, _EXACT_CHUNKS).astype(np.int64) * chunk
+    else:
+        starts = np.arange(full, dtype=np.int64) * chunk
+    total = weight * sum(_step_cost(replica, chunk, 0, 0.0, cached=float(a))
+                         for a in starts.tolist())
+    if rest:
+        total += _step_cost(replica, rest, 0, 0.0, cached=float(full * chunk))
+    return total
+
+
 def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
     """Each request's latency on an idle replica: the floor no fleet size can lower.
 
@@ -409,11 +437,7 @@ def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
     lim = _limits(limits)
     prompts = ref["prompt_tokens"].to_numpy(dtype=np.int64)
     outputs = ref["output_tokens"].to_numpy(dtype=np.int64)
-    idle = {}
-    for p in np.unique(prompts).tolist():
-        chunk = rep.chunk_tokens or p
-        idle[p] = sum(_step_cost(rep, min(chunk, p - start), 0, 0.0, cached=start)
-                      for start in range(0, p, chunk))
+    idle = {p: _idle_prefill(rep, p) for p in np.unique(prompts).tolist()}
     ttft = np.array([idle[p] for p in prompts.tolist()])
     tpot = np.array([_step_cost(rep, 0.0, 1, float(p)) if o > 1 else 0.0
                      for p, o in zip(prompts.tolist(), outputs.tolist(), strict=True)])
@@ -426,26 +450,42 @@ def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
                          "meets": meets})
 
 
+def infeasible(requests, replica: Replica, limits=None, target: float = 0.99
+               ) -> tuple[str, str] | None:
+    """Why no fleet size can meet ``target``, or None if an idle replica can.
+
+    Checked from :func:`slo_floor` without simulating: when more than ``1 - target`` of
+    the requests miss the limits even alone on a replica, adding replicas cannot help.
+    Returns ``(column, reason)``: the limit's column (``"ttft_s"``, ``"tpot_s"`` or
+    ``""`` for the two together) and a one-line reason, e.g. ``"p99 prompt (9790
+    tokens) needs 1.22 s of prefill on an idle replica > TTFT limit 1 s"``.
+    """
+    goal = _target(target)
+    lim = _limits(limits)
+    floor = slo_floor(requests, replica, lim)
+    miss = 1.0 - float(floor["meets"].mean())
+    if miss <= 1.0 - goal:
+        return None
+    q = f"p{100 * goal:g}"
+    ttft_lim, tpot_lim = lim.get("ttft_s"), lim.get("tpot_s")
+    if _seconds(ttft_lim) and (floor["ttft_s"] > ttft_lim).mean() > 1 - goal:
+        need = float(np.quantile(floor["ttft_s"], goal, method="inverted_cdf"))
+        tokens = float(np.quantile(floor["prompt_tokens"], goal, method="inverted_cdf"))
+        return "ttft_s", (f"{q} prompt ({tokens:.0f} tokens) needs {need:.3g} s of prefill "
+                          f"on an idle replica > TTFT limit {ttft_lim:g} s")
+    if _seconds(tpot_lim) and (floor["tpot_s"] > tpot_lim).mean() > 1 - goal:
+        step = float(np.quantile(floor["tpot_s"], goal, method="inverted_cdf"))
+        return "tpot_s", (f"a decode step alone takes {step:.3g} s > TPOT limit "
+                          f"{tpot_lim:g} s")
+    return "", (f"{miss:.2%} of requests miss the limits on an idle replica, more than "
+                f"the {1 - goal:.2%} the target allows")
+
+
 def _check_feasible(s: _Setup) -> None:
     """Raise (before any simulation) when idle-replica latency already misses the target."""
-    floor = slo_floor(s.ref, s.replica, s.limits)
-    miss = 1.0 - float(floor["meets"].mean())
-    if miss <= 1.0 - s.target:
-        return
-    q = f"p{100 * s.target:g}"
-    ttft_lim, tpot_lim = s.limits.get("ttft_s"), s.limits.get("tpot_s")
-    if _seconds(ttft_lim) and (floor["ttft_s"] > ttft_lim).mean() > 1 - s.target:
-        need = float(np.quantile(floor["ttft_s"], s.target, method="inverted_cdf"))
-        tokens = float(np.quantile(floor["prompt_tokens"], s.target, method="inverted_cdf"))
-        why = (f"{q} prompt ({tokens:.0f} tokens) needs {need:.3g} s of prefill on an idle "
-               f"replica > TTFT limit {ttft_lim:g} s")
-    elif _seconds(tpot_lim) and (floor["tpot_s"] > tpot_lim).mean() > 1 - s.target:
-        step = float(np.quantile(floor["tpot_s"], s.target, method="inverted_cdf"))
-        why = f"a decode step alone takes {step:.3g} s > TPOT limit {tpot_lim:g} s"
-    else:
-        why = (f"{miss:.2%} of requests miss the limits on an idle replica, more than the "
-               f"{1 - s.target:.2%} the target allows")
-    raise ValueError(f"no fleet can meet the target {s.target:g}: {why}")
+    found = infeasible(s.ref, s.replica, s.limits, s.target)
+    if found is not None:
+        raise ValueError(f"no fleet can meet the target {s.target:g}: {found[1]}")
 
 
 # --------------------------------------------------------------------------- one point
