@@ -658,8 +658,8 @@ def render(s: Settings, result) -> str:
         f"{row['goodput_rps']:.2f} req/s; not shown at {cap.upper:.4g} req/s "
         f"({_verdict_at(cap, cap.upper)})",
         f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
-        "simulated seconds per replication after warm-up; goodput = requests meeting the "
-        "SLO per second)",
+        "simulated seconds per replication after warm-up; goodput = requests finishing "
+        "within the SLO per second of that window)",
     ]
     return "\n".join(lines)
 

@@ -72,8 +72,10 @@ CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps"
 """Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
-confidence interval. ``run_s`` and ``requests`` are the simulated seconds and requests
-per replication *after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
+confidence interval. Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
+*finishing* (and meeting the limits) inside the kept arrival window, per second of it.
+``run_s`` and ``requests`` are the simulated seconds and requests per replication
+*after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
 :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
 
 VERDICTS = ("meets", "misses", "undecided", "unstable")
@@ -88,6 +90,7 @@ MAX_REQUESTS_PER_RUN = 2_000_000
 
 _MAX_BRACKET_STEPS = 40     # halvings allowed while bracketing a capacity (a factor 2^40)
 _REFERENCE_REQUESTS = 20_000   # requests drawn from a PoissonWorkload to read its means
+_MIN_SERIES = 200           # shorter runs get no warm-up cut, verdict or interval
 
 
 # --------------------------------------------------------------------------- workloads
@@ -568,29 +571,36 @@ def _interval(values, confidence) -> stats.Estimate:
 def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
     """The evaluation row from replications (warm-up cut, intervals, verdict)."""
     conf = s.design.confidence
-    cuts = stats.warmup_cuts([_signal(r) for r in runs])
+    short = min(r["arrival"].size for r in runs) < _MIN_SERIES
+    cuts = [0] * len(runs) if short else stats.warmup_cuts([_signal(r) for r in runs])
     per = []
     for run, cut in zip(runs, cuts, strict=True):
         cut = min(cut, run["arrival"].size - 2)
-        start = run["arrival"][cut]
-        end = max(run["arrival"][-1], np.nanmax(run["finish"][cut:], initial=start))
+        start, end = run["arrival"][cut], run["arrival"][-1]
         span = max(end - start, 1e-12)
+        # departures in the kept arrival window: in steady state they match arrivals,
+        # and an overloaded run cannot count more than it served
+        out = np.nan_to_num(run["finish"], nan=np.inf)
+        inside = (out >= start) & (out <= end) & np.isfinite(run["ttft"])
         ok = run["ok"][cut:]
-        per.append({"attainment": float(ok.mean()), "goodput": float(ok.sum()) / span,
-                    "ttft_goodput": float(run["ok_ttft"][cut:].sum()) / span,
-                    "throughput": float(np.isfinite(run["ttft"][cut:]).sum()) / span,
+        per.append({"attainment": float(ok.mean()),
+                    "goodput": float((run["ok"] & inside).sum()) / span,
+                    "ttft_goodput": float((run["ok_ttft"] & inside).sum()) / span,
+                    "throughput": float(inside.sum()) / span,
                     "ttft_p99": _p99(run["ttft"][cut:]),
                     "tpot_p99": _p99(np.where(np.isnan(run["tpot"][cut:]), np.nan,
                                               run["tpot"][cut:])),
                     "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
                     "warmup_s": float(start - run["arrival"][0]),
-                    "steady": _steady(run, s)})
+                    "steady": short or _steady(run, s)})
     table = pd.DataFrame(per)
     if len(runs) >= 2:
         attain = stats.mean_ci(table["attainment"], conf)
     else:
         cut = min(cuts[0], runs[0]["arrival"].size - 2)
-        attain = stats.batch_means_ci(runs[0]["ok"][cut:].astype(float), conf)
+        kept = runs[0]["ok"][cut:].astype(float)
+        attain = (stats.mean_ci([kept.mean()], conf) if short       # no interval: undecided
+                  else stats.batch_means_ci(kept, conf))
     good = _interval(table["goodput"], conf)
     ttft = _interval(table["ttft_p99"], conf)
     unstable = (~table["steady"]).sum() * 2 >= len(runs)
