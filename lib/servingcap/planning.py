@@ -73,7 +73,8 @@ CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps"
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
 confidence interval. Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
-*finishing* (and meeting the limits) inside the kept arrival window, per second of it.
+*finishing* (and meeting the limits) inside the kept arrival window, from one hold time
+after its start (the batches fill) to its last arrival, per second of it.
 ``run_s`` and ``requests`` are the simulated seconds and requests per replication
 *after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
 :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
@@ -577,11 +578,13 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
     for run, cut in zip(runs, cuts, strict=True):
         cut = min(cut, run["arrival"].size - 2)
         start, end = run["arrival"][cut], run["arrival"][-1]
-        span = max(end - start, 1e-12)
-        # departures in the kept arrival window: in steady state they match arrivals,
-        # and an overloaded run cannot count more than it served
+        # departures in the kept arrival window, after one hold time for the batches to
+        # fill (a run starts empty): in steady state they match arrivals, and an
+        # overloaded run cannot count more than it served
+        first = start + s.hold_s if end - start > 2 * s.hold_s else start
+        span = max(end - first, 1e-12)
         out = np.nan_to_num(run["finish"], nan=np.inf)
-        inside = (out >= start) & (out <= end) & np.isfinite(run["ttft"])
+        inside = (out >= first) & (out <= end) & np.isfinite(run["ttft"])
         ok = run["ok"][cut:]
         per.append({"attainment": float(ok.mean()),
                     "goodput": float((run["ok"] & inside).sum()) / span,
