@@ -106,7 +106,7 @@ def main() -> int:
     if args.budgets:
         fleets = []
         for budget in args.budgets:
-            wall, _, fleet, _ = run_example(["--budget", str(budget)])
+            wall, _, fleet, _ = run_example(["--budget", str(budget), *args.extra])
             fleets.append(fleet)
             print(f"--budget {budget:>3}: {fleet} replicas + 1 spare ({wall:.0f} s)", flush=True)
         spread = max(fleets) - min(fleets)

@@ -572,6 +572,16 @@ def _ms_or_na(seconds: float) -> str:
     return "n/a" if math.isnan(seconds) else _ms(seconds)
 
 
+def _reps(budget: int) -> str:
+    first = min(4, budget)
+    return f"{first}" if first == budget else f"{first} to {budget}"
+
+
+def _sizes(sizes) -> str:
+    text = ", ".join(map(str, sizes))
+    return f"{text} replica" if list(sizes) == [1] else f"{text} replicas"
+
+
 def _attainment(row) -> str:
     """``99.52% (98.69-100.00%)``: estimate and confidence interval."""
     return (f"{row['attainment']:.2%} ({100 * row['attainment_low']:.2f}-"
@@ -600,7 +610,7 @@ def render(s: Settings, result) -> str:
         + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
         + f"; router {s.router}, policy {s.policy}",
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
-        f"Statistics: each point is 4 to {s.budget} independent replications (same traffic "
+        f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
         f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; {s.confidence:.0%} "
         "t-intervals across replications decide meets/misses",
@@ -637,13 +647,12 @@ def render(s: Settings, result) -> str:
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
                  f"{fleet.replicas} ({diff:+d})")
     if fleet.undecided:
-        lines.append(f"   undecided after {s.budget} replications: "
-                     + ", ".join(map(str, fleet.undecided))
-                     + " replicas (counted as not meeting; a larger --budget may settle them)")
+        lines.append(f"   undecided after {s.budget} replications: {_sizes(fleet.undecided)} "
+                     "(counted as not meeting; a larger --budget may settle them)")
     unstable = rows.loc[rows["verdict"] == "unstable", "replicas"].tolist()
     if unstable:
         lines.append("   unstable (no steady state: latency or misses keep rising along the "
-                     "run): " + ", ".join(map(str, unstable)) + " replicas")
+                     f"run): {_sizes(unstable)}")
     cap = result.capacity
     row = cap.at_rate
     total = int(rows["replications"].sum() + cap.evaluations["replications"].sum()
@@ -722,7 +731,8 @@ def main(argv=None) -> int:
     except ValueError as exc:
         bar.close()
         close()
-        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
+        message = str(exc).replace("max_replicas=", "--max-replicas ")
+        print(f"{PROG} plan: error: {message}", file=sys.stderr)
         return 2
     bar.close()
     close()
