@@ -34,6 +34,14 @@ DEFAULTS = {
     "decode_table": None,
     "chunk_tokens": None,
     "max_batch": 32,
+    "mode": "combined",
+    "max_batched_tokens": None,
+    "model_config": None,
+    "gpu": None,
+    "tp": 1,
+    "flops_efficiency": 1.0,
+    "bandwidth_efficiency": 1.0,
+    "profile": None,
     "ttft_p99_ms": 1000.0,
     "tpot_p99_ms": 50.0,
     "target": 0.99,
@@ -62,6 +70,16 @@ DISTRIBUTIONS = {
 
 MAX_BATCH = 65_536          # batch slots per replica accepted (--max-batch)
 MAX_TRACE_ROWS = 10_000_000  # --requests accepted (rows of a trace)
+
+
+def _model_names() -> list[str]:
+    from .roofline import model_names
+    return model_names()
+
+
+def _gpu_names() -> list[str]:
+    from .roofline import gpu_table
+    return [str(g) for g in gpu_table()["gpu"]]
 
 
 class InputError(Exception):
@@ -133,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
             "Example:\n  python -m servingcap plan --rate 30 --prompt-tokens 2000 "
             "--output-tokens 300 \\\n      --ttft-p99-ms 1000 --tpot-p99-ms 50 --max-batch 32"),
     )
+    commands.add_parser(
+        "calibrate", add_help=False,
+        help="fit the simulator's step cost to a `vllm bench serve --save-result "
+             "--save-detailed` JSON file (python -m servingcap calibrate --help)")
     S = argparse.SUPPRESS      # absent options stay absent, so the config file can fill them
     d = DEFAULTS
     p.add_argument("--config", metavar="FILE", default=S,
@@ -173,6 +195,37 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-batch", type=str, metavar="SLOTS", default=S,
                    help="batch slots per replica, concurrent sequences, at most "
                         f"{MAX_BATCH:,} (default {d['max_batch']})")
+    g.add_argument("--mode", type=str, metavar="NAME", default=S,
+                   help="scheduling mode of each step: combined (decodes plus prefill in one "
+                        "step, Orca-style), prefill_first (prefill-only steps first, vLLM V0 / "
+                        "DistServe colocated) or mixed (decodes first, then prefill chunks "
+                        "fill a token budget, vLLM V1 / Sarathi-Serve / SGLang) "
+                        f"(default {d['mode']})")
+    g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
+                   help="most tokens in one step (vLLM --max-num-batched-tokens): the "
+                        "token budget of mixed mode, the prefill cap of prefill_first "
+                        "(default: none)")
+    g = p.add_argument_group(
+        "step time from hardware or a published profile (instead of --prefill-rate and "
+        "--decode-step-ms/--decode-table)")
+    g.add_argument("--model-config", type=str, metavar="NAME|PATH", default=S,
+                   help="roofline cost model: a Hugging Face config.json, or a shipped one ("
+                        + ", ".join(_model_names()) + "); needs --gpu")
+    g.add_argument("--gpu", type=str, metavar="NAME", default=S,
+                   help="GPU of the roofline (" + ", ".join(_gpu_names()) + ")")
+    g.add_argument("--tp", type=str, metavar="GPUS", default=S,
+                   help=f"tensor-parallel degree of a replica, GPUs (default {d['tp']})")
+    g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
+                   help="roofline: achievable fraction of peak FLOP/s, in (0, 1] (default "
+                        f"{d['flops_efficiency']:g}: pure roofline; the step-time chapter "
+                        "fits it to measured profiles)")
+    g.add_argument("--bandwidth-efficiency", type=str, metavar="FRACTION", default=S,
+                   help="roofline: achievable fraction of HBM bandwidth, in (0, 1] (default "
+                        f"{d['bandwidth_efficiency']:g})")
+    g.add_argument("--profile", type=str, metavar="SPEC", default=S,
+                   help="DistServe's published A100-80GB step-time fit: MODEL[:ENGINE] with "
+                        "MODEL opt-13b or opt-66b and ENGINE distserve (default) or vllm, or "
+                        "FILE.json:MODEL for your own fit in the same layout; uses --tp")
     g = p.add_argument_group("service-level objective")
     g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
                    help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
@@ -392,12 +445,12 @@ class Settings:
     workers: int | None
     scheduler: str | None
     progress: bool
-    decode: str
+    cost: str
 
 
 def settings(options: dict) -> Settings:
     """Merge defaults with ``options`` (already merged config + command line) and validate."""
-    from .serving import ROUTERS, Replica
+    from .serving import MODES, ROUTERS, Replica
 
     given = dict(options)
     o = {**DEFAULTS, **given}
@@ -428,22 +481,24 @@ def settings(options: dict) -> Settings:
                        "hold times per replication, up to --budget replications")
         workload = PoissonWorkload(prompt, output)
         text = str(workload)
-    if "decode_table" in given and "decode_step_ms" in given:
-        raise InputError(f"--decode-step-ms and --decode-table are alternatives; give one, got "
-                         f"{given['decode_step_ms']!r} and {given['decode_table']!r}")
-    if o["decode_table"] is not None:
-        decode = parse_table("decode_table", o["decode_table"])
-        decode_text = "decode step " + ", ".join(f"{1000 * s:g} ms at {b}"
-                                                 for b, s in decode.items())
-    else:
-        decode = _number("decode_step_ms", o["decode_step_ms"]) / 1000.0
-        decode_text = f"decode step {1000 * decode:g} ms"
     chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
     max_batch = _whole("max_batch", o["max_batch"])
     if max_batch > MAX_BATCH:
         raise _bad("max_batch", o["max_batch"], f"must be <= {MAX_BATCH:,} sequences")
-    replica = Replica(prefill_rate=_number("prefill_rate", o["prefill_rate"]),
-                      decode_step_s=decode, max_batch=max_batch, chunk_tokens=chunk)
+    mode = o["mode"]
+    if mode not in MODES:
+        raise _bad("mode", mode, f"must be one of {', '.join(MODES)}")
+    budget_tokens = (None if o["max_batched_tokens"] is None
+                     else _whole("max_batched_tokens", o["max_batched_tokens"]))
+    step_time, decode, cost_text = _cost_model(o, given)
+    try:
+        cost = ({"step_time": step_time} if step_time is not None else
+                {"prefill_rate": _number("prefill_rate", o["prefill_rate"]),
+                 "decode_step_s": decode})
+        replica = Replica(max_batch=max_batch, chunk_tokens=chunk, mode=mode,
+                          max_batched_tokens=budget_tokens, **cost)
+    except ValueError as exc:
+        raise InputError(f"--mode {mode}: {exc}") from None
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
@@ -474,9 +529,74 @@ def settings(options: dict) -> Settings:
                    budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   decode=decode_text)
+                   cost=cost_text)
     _feasible(out)
     return out
+
+
+def _cost_model(o: dict, given: dict):
+    """(step_time, decode, text): the replica's cost model from the options, and its source."""
+    hardware = [n for n in ("model_config", "gpu", "profile") if n in given]
+    if hardware:
+        simple = [n for n in ("prefill_rate", "decode_step_ms", "decode_table") if n in given]
+        if simple:
+            raise InputError(f"{_option(simple[0])} and {_option(hardware[0])} are alternatives "
+                             "(a hardware or profile cost model replaces the prefill rate and "
+                             f"decode step); give one, got {given[simple[0]]!r} and "
+                             f"{given[hardware[0]]!r}")
+        tp = _whole("tp", o["tp"])
+        if "profile" in given:
+            if "model_config" in given or "gpu" in given:
+                other = "model_config" if "model_config" in given else "gpu"
+                raise InputError(f"--profile and {_option(other)} are alternatives; give one, got "
+                                 f"{given['profile']!r} and {given[other]!r}")
+            cost = _profile(o["profile"], tp)
+            return cost, None, cost.source
+        if "model_config" not in given or "gpu" not in given:
+            missing = "gpu" if "model_config" in given else "model_config"
+            raise _bad(missing, None, "is needed by the roofline cost model (give both "
+                       "--model-config and --gpu)")
+        from .roofline import Roofline
+        try:
+            cost = Roofline(o["model_config"], o["gpu"], tp=tp,
+                            flops_efficiency=_number("flops_efficiency", o["flops_efficiency"],
+                                                     upper=1.0),
+                            bandwidth_efficiency=_number("bandwidth_efficiency",
+                                                         o["bandwidth_efficiency"], upper=1.0))
+        except (ValueError, OSError) as exc:
+            raise InputError(f"--model-config/--gpu: {exc}") from None
+        return cost, None, cost.describe()
+    for name in ("tp", "flops_efficiency", "bandwidth_efficiency"):
+        if name in given:
+            raise _bad(name, given[name], "applies only with --model-config/--gpu or --profile")
+    if "decode_table" in given and "decode_step_ms" in given:
+        raise InputError(f"--decode-step-ms and --decode-table are alternatives; give one, got "
+                         f"{given['decode_step_ms']!r} and {given['decode_table']!r}")
+    if o["decode_table"] is not None:
+        decode = parse_table("decode_table", o["decode_table"])
+        text = "decode step " + ", ".join(f"{1000 * s:g} ms at {b}" for b, s in decode.items())
+    else:
+        decode = _number("decode_step_ms", o["decode_step_ms"]) / 1000.0
+        text = f"decode step {1000 * decode:g} ms"
+    prefill = _number("prefill_rate", o["prefill_rate"])
+    return None, decode, f"locked-style cost: prefill {prefill:g} tokens/s, {text}"
+
+
+def _profile(spec, tp: int):
+    """A DistServe-layout profile from ``MODEL[:ENGINE]`` or ``FILE.json:MODEL``."""
+    from .profiles import distserve_profile
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise _bad("profile", spec, "must be MODEL[:ENGINE] or FILE.json:MODEL")
+    head, _, tail = spec.rpartition(":")
+    try:
+        if head.endswith(".json"):
+            return distserve_profile(tail, tp, path=head)
+        if head:
+            return distserve_profile(head, tp, engine=tail)
+        return distserve_profile(tail, tp)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"--profile {spec}: {exc}") from None
 
 
 def _feasible(s: Settings) -> None:
@@ -606,9 +726,12 @@ def render(s: Settings, result) -> str:
     rows = fleet.evaluations
     lines = [
         f"Plan for {s.rate:g} req/s ({s.workload})",
-        f"Replica: prefill {r.prefill_rate:g} tokens/s, {s.decode}, {r.max_batch} slots, "
+        f"Replica: {r.max_batch} slots, "
         + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
+        + f", {r.mode} steps"
+        + (f" of at most {r.max_batched_tokens} tokens" if r.max_batched_tokens else "")
         + f"; router {s.router}, policy {s.policy}",
+        f"Cost model: {s.cost}",
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
@@ -713,6 +836,10 @@ def _executor(s: Settings):
 def main(argv=None) -> int:
     from .planning import plan
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "calibrate":
+        from .calibrate import main as calibrate
+        return calibrate(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
