@@ -33,10 +33,10 @@ Units: seconds, tokens, tokens/s. Every request given appears exactly once in th
 output of :func:`simulate`.
 
 Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-default combined mode with no KV limit, no preemption, no step log and no ``until_s``,
-:func:`simulate` runs ``_fast_engine.FastEngine`` instead. It accounts for decodes
-lazily and takes runs of identical steps at once, and gives
-the same rows bit for bit (``tests/test_fast_engine.py``).
+default combined mode with no step log and no ``until_s`` (KV limits, prefix cache,
+preemption and timeouts included), :func:`simulate` runs ``_fast_engine.FastEngine``
+instead. It accounts for decodes lazily and takes runs of identical steps at once, and
+gives the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
 from __future__ import annotations
