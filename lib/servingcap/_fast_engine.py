@@ -89,6 +89,7 @@ class FastEngine(_Engine):
         self.limit = self._kv_limit
         self.block = spec.kv_block_tokens
         self.preemptive = spec.preemptive
+        self.evicts = self.limit != math.inf or self.preemptive   # can preempt at all
         self.evicted = False                  # whether this plan preempted a sequence
         # the shared token clock of the decoding sequences
         self.ticks = 0                        # decode steps taken (by any decoder)
@@ -215,10 +216,10 @@ class FastEngine(_Engine):
         r, s = self.req, self.s
         r.replica[i] = self.index
         g = s.generated[i]
-        if g == 0 and not r.preemptions[i]:
-            r.admitted[i] = now
+        if g == 0 and not (self.evicts and r.preemptions[i]):
+            r.admitted[i] = now                          # (first admission only)
         cached = self._prefix_hit(i) if self.spec.prefix_cache_blocks and g == 0 else 0
-        if cached > r.cached[i]:
+        if cached and cached > r.cached[i]:
             r.cached[i] = cached
         s.left[i] = s.prompt[i] + g - cached             # recompute after preemption
         s.prefilled[i] = cached
@@ -273,6 +274,8 @@ class FastEngine(_Engine):
     def _next_finish(self) -> int:
         """Tick of the next decode to finish (stale heap entries dropped first)."""
         finishes, joined, output = self.finishes, self.joined, self.s.output
+        if not self.evicts:
+            return finishes[0][0]
         while True:
             tick, i = finishes[0]
             j = joined.get(i)
@@ -284,7 +287,10 @@ class FastEngine(_Engine):
         """Admit what fits and start the next step (or run of identical steps) at
         ``now``, or go idle."""
         self.evicted = False
-        self._admit(now)
+        if self.preemptive:
+            self._admit(now)
+        elif self.queue.heap and len(self.running) < self.max_batch:
+            self._fill_free_slots(now)
         left, budget = self.s.left, self.chunk
         chunks, tokens = [], 0
         for i in self.prefilling:
@@ -341,10 +347,11 @@ class FastEngine(_Engine):
         decode), or the head of the queue waits for memory, which only fills up
         during the run (and no timeout can take it meanwhile). Arrivals cut the run
         (:meth:`cut`); a queue shared with replicas that preempt is never run ahead."""
-        heap, limited = self.queue.heap, self.limit != math.inf
-        if len(self.queue.replicas) > 1 and (limited or self.preemptive):
+        limited = self.limit != math.inf
+        if self.evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
-        if heap and len(self.running) < self.max_batch and (not limited or self.expires):
+        if (self.queue.heap and len(self.running) < self.max_batch
+                and (not limited or self.expires)):
             return 1
         n = self.s.left[i] // self.chunk
         if self.s.left[i] % self.chunk == 0:
@@ -418,10 +425,13 @@ class FastEngine(_Engine):
         finishes, joined, output = self.finishes, self.joined, s.output
         while finishes and finishes[0][0] <= self.ticks:
             tick, i = heapq.heappop(finishes)
-            j = joined.get(i)
-            if j is None or output[i] - j[0] != tick:
-                continue                                # preempted since: stale
-            del joined[i]
+            if self.evicts:
+                j = joined.get(i)
+                if j is None or output[i] - j[0] != tick:
+                    continue                            # preempted since: stale
+                del joined[i]
+            else:
+                j = joined.pop(i)
             self._done(i, now, output[i])
             r.max_gap[i] = max(r.max_gap[i], max(gaps[j[1]:]))
 
