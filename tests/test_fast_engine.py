@@ -140,13 +140,25 @@ def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
 
+@pytest.mark.parametrize("case", ["chunk 256", "decode table", "timeouts and queue cap",
+                                  "kv tokens", "kv, prefix cache, preemptive srpt",
+                                  "kv, preemptive, detailed cost model"])
+@pytest.mark.parametrize("router", ["least_loaded", "pooled"])
+def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
+    # a horizon in the middle of decode and chunk runs: the rows left unfinished keep
+    # the tokens and largest gap of the steps that ended by then
+    spec, options = CASES[case]
+    fast, reference = fast_and_reference(monkeypatch, requests(), Replica(**spec), replicas=3,
+                                         router=router, seed=11, until_s=61.3, **options)
+    unfinished = reference.outcome == "unfinished"
+    assert unfinished.any() and reference.max_gap_s[unfinished].notna().any()
+    pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+
+
 @pytest.mark.parametrize("spec, options", [
     ({"mode": "mixed", "max_batched_tokens": 512}, {}),
     ({"mode": "prefill_first"}, {}),
     ({}, {"step_log": True}),
-    ({}, {"until_s": 50.0}),
 ])
 def test_other_configurations_run_the_reference(spec, options):
-    replica = Replica(**spec)
-    horizon = options.get("until_s", np.inf)
-    assert not usable(replica, options.get("step_log", False), horizon)
+    assert not usable(Replica(**spec), options.get("step_log", False), np.inf)

@@ -52,13 +52,14 @@ __all__ = ["usable", "FastEngine", "Shared"]
 
 def usable(spec, step_log: bool, horizon: float) -> bool:
     """Whether :class:`FastEngine` reproduces the reference for this replica and run."""
-    return spec.mode == "combined" and not step_log and horizon == math.inf
+    return spec.mode == "combined" and not step_log
 
 
 class Shared:
     """Per-request inputs as Python lists (fast scalar reads) and the prefill left."""
 
-    def __init__(self, req):
+    def __init__(self, req, horizon: float = math.inf):
+        self.horizon = horizon                # until_s (s): steps ending later never apply
         self.prompt = req.prompt.tolist()
         self.output = req.output.tolist()
         self.arrival = req.arrival.tolist()
@@ -362,11 +363,16 @@ class FastEngine(_Engine):
             n = self._fits_ahead(n)
         if n <= 1:
             return 1
-        bounds, end = [], now
+        bounds, end, horizon = [], now, self.s.horizon
         for _ in range(n):
             end += duration
+            if end > horizon and bounds:
+                break                # until_s: the reference applies the steps before it
             bounds.append(end)
-        self.bounds, self.busy_until = bounds, end
+        n = len(bounds)
+        if n == 1:
+            return 1
+        self.bounds, self.busy_until = bounds, bounds[-1]
         self.step_work = self.chunk + len(self.joined)
         return n
 
@@ -455,6 +461,15 @@ class FastEngine(_Engine):
         base = g - self.ticks
         self.joined[i] = (base, len(self.gaps))
         heapq.heappush(self.finishes, (output - base, i))
+
+    def settle(self) -> None:
+        """At the end of a run cut by ``until_s``: write the tokens and largest gap of
+        each sequence still decoding into the request arrays, as the reference has them."""
+        r, gaps = self.req, self.gaps
+        for i, (base, at) in self.joined.items():
+            r.generated[i] = base + self.ticks
+            if at < len(gaps):
+                r.max_gap[i] = max(r.max_gap[i], max(gaps[at:]))
 
     def _done(self, i: int, now: float, generated: int) -> None:
         r = self.req
