@@ -69,6 +69,25 @@ CASES = {
                            "chunk_tokens": 256}, {}),
     "detailed cost model": ({"step_time": detailed_cost, "chunk_tokens": 300,
                              "prefix_cache_blocks": 8, "prefix_block_tokens": 128}, {}),
+    # memory and preemption: 12,000 KV tokens hold about six of these sequences
+    "kv tokens": ({"kv_capacity_tokens": 12_000, "chunk_tokens": 256}, {}),
+    "kv blocks of 64, expected reserve": ({"kv_capacity_tokens": 16_000, "kv_block_tokens": 64,
+                                           "kv_reserve": "expected", "max_batch": 8}, {}),
+    "kv max reserve, whole prompts": ({"kv_capacity_tokens": 20_000, "kv_reserve": "max",
+                                       "max_output_tokens": 400}, {}),
+    "preemptive srpt": ({"preemptive": True, "max_batch": 6, "chunk_tokens": 256},
+                        {"policy": "srpt"}),
+    "preemptive priority, timeouts": ({"preemptive": True, "max_batch": 6, "timeout_s": 6.0},
+                                      {"policy": "priority"}),
+    "kv, prefix cache, preemptive srpt": ({"kv_capacity_tokens": 12_000, "chunk_tokens": 512,
+                                           "prefix_cache_blocks": 8, "prefix_block_tokens": 128,
+                                           "preemptive": True}, {"policy": "srpt"}),
+    "kv, timeouts, deadline shedding": ({"kv_capacity_tokens": 10_000, "timeout_s": 5.0,
+                                         "shed_past_deadline": True, "chunk_tokens": 300},
+                                        {"policy": "edf"}),
+    "kv, preemptive, detailed cost model": ({"kv_capacity_tokens": 12_000, "chunk_tokens": 300,
+                                             "step_time": detailed_cost, "preemptive": True},
+                                            {"policy": "srpt"}),
 }
 ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
            "round_robin", "pooled"]
@@ -94,15 +113,52 @@ def test_one_replica_near_saturation_equal_the_reference_exactly(monkeypatch):
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
 
+def test_memory_cases_do_preempt_and_time_out(monkeypatch):
+    # the equality above means something only if these paths run: preemptions (KV or
+    # policy) and timeouts of preempted or waiting requests happen in the reference
+    monkeypatch.setattr(serving, "_FAST_PATH", False)
+    for case, timeouts in [("kv tokens", False), ("preemptive srpt", False),
+                           ("kv, prefix cache, preemptive srpt", False),
+                           ("kv, timeouts, deadline shedding", True),
+                           ("preemptive priority, timeouts", True)]:
+        spec, options = CASES[case]
+        out = simulate(requests(), Replica(**spec), replicas=3, seed=11, **options)
+        assert out.preemptions.sum() > 0, case
+        assert (out.outcome == "timed_out").any() == timeouts, case
+
+
+def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
+    # long chunk and decode runs with the head of the queue waiting for memory, and
+    # preemption by memory and by policy on one replica
+    frame = requests(n=500, rate=0.8, seed=5)
+    for spec, options in [({"kv_capacity_tokens": 9_000, "chunk_tokens": 128}, {}),
+                          ({"kv_capacity_tokens": 9_000, "chunk_tokens": 256,
+                            "preemptive": True}, {"policy": "srpt"}),
+                          ({"kv_capacity_tokens": 12_000, "kv_block_tokens": 32}, {})]:
+        fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec), **options)
+        assert reference.preemptions.sum() > 0
+        pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+
+
+@pytest.mark.parametrize("case", ["chunk 256", "decode table", "timeouts and queue cap",
+                                  "kv tokens", "kv, prefix cache, preemptive srpt",
+                                  "kv, preemptive, detailed cost model"])
+@pytest.mark.parametrize("router", ["least_loaded", "pooled"])
+def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
+    # a horizon in the middle of decode and chunk runs: the rows left unfinished keep
+    # the tokens and largest gap of the steps that ended by then
+    spec, options = CASES[case]
+    fast, reference = fast_and_reference(monkeypatch, requests(), Replica(**spec), replicas=3,
+                                         router=router, seed=11, until_s=61.3, **options)
+    unfinished = reference.outcome == "unfinished"
+    assert unfinished.any() and reference.max_gap_s[unfinished].notna().any()
+    pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+
+
 @pytest.mark.parametrize("spec, options", [
-    ({"kv_capacity_tokens": 200_000}, {}),
-    ({"preemptive": True}, {}),
     ({"mode": "mixed", "max_batched_tokens": 512}, {}),
     ({"mode": "prefill_first"}, {}),
     ({}, {"step_log": True}),
-    ({}, {"until_s": 50.0}),
 ])
 def test_other_configurations_run_the_reference(spec, options):
-    replica = Replica(**spec)
-    horizon = options.get("until_s", np.inf)
-    assert not usable(replica, options.get("step_log", False), horizon)
+    assert not usable(Replica(**spec), options.get("step_log", False), np.inf)

@@ -2,22 +2,31 @@
 
 :class:`servingcap.serving._Engine` is the reference: it updates every decoding
 sequence's counters (tokens generated, last token time, largest gap) at the end of every
-step, with numpy fancy indexing on arrays of a few dozen entries. Most of a replay's time
-went there. This engine runs the same schedule for the configurations where a decoding
-sequence emits a token in *every* step of its replica until it finishes:
-``mode="combined"``, no KV limit, no preemption, no step log and no ``until_s``
-(:func:`usable` says when). Then all of a replica's decoding sequences share one token
-clock, and a sequence's state follows from where it joined it:
+step, with numpy fancy indexing on arrays of a few dozen entries, and sums every running
+sequence's KV blocks with numpy several times a step. Most of a replay's time went
+there. This engine runs the same schedule in ``mode="combined"`` without a step log or
+``until_s`` (:func:`usable` says when): with or without a KV limit (tokens, blocks,
+reservations), prefix cache, preemption (by memory or by policy) and timeouts. There a
+decoding sequence emits a token in *every* step of its replica until it finishes or is
+preempted, so all of a replica's decoding sequences share one token clock, and a
+sequence's state follows from where it joined it:
 
-* tokens generated = 1 + (ticks now - ticks when its first token came out);
-* it finishes when the clock reaches ``join + output_tokens - 1`` (a heap of those);
+* tokens generated = (tokens it had when it joined) + (ticks now - ticks at join);
+* it finishes when the clock reaches ``join + output_tokens - tokens at join`` (a heap of
+  those; a preempted sequence's entry is left there and skipped as stale);
 * its largest inter-token gap is the largest per-step gap the replica logged since it
   joined (one float per step, computed with the reference engine's own arithmetic, so
-  the result is the same float).
+  the result is the same float), or an earlier one when it was preempted and recomputed.
+
+A preemption settles the victim's lazy counters into the request arrays, as the
+reference holds them. KV blocks in use are summed in Python ints over the running
+sequences only when admission, preemption or a run length needs them.
 
 Runs of identical steps are also taken at once, as the reference does for pure-decode
-steps, and additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a
-time with an unchanging decode batch): their boundaries are summed one step at a time, as
+steps (to the first finish or the last step whose decodes fit in memory), and
+additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a time with
+an unchanging decode batch) when no step of the run could admit or preempt anything
+(see :meth:`FastEngine._chunk_run`): their boundaries are summed one step at a time, as
 the reference does, so every time is the same float. An arrival that could join cuts
 either kind of run at the next step boundary at or after it. A reader's cost model
 (``Replica(step_time=...)``) gets the reference's step detail every step, and steps
@@ -43,20 +52,22 @@ __all__ = ["usable", "FastEngine", "Shared"]
 
 def usable(spec, step_log: bool, horizon: float) -> bool:
     """Whether :class:`FastEngine` reproduces the reference for this replica and run."""
-    return (spec.mode == "combined" and spec.kv_capacity_tokens is None and not spec.preemptive
-            and not step_log and horizon == math.inf)
+    return spec.mode == "combined" and not step_log
 
 
 class Shared:
     """Per-request inputs as Python lists (fast scalar reads) and the prefill left."""
 
-    def __init__(self, req):
+    def __init__(self, req, horizon: float = math.inf):
+        self.horizon = horizon                # until_s (s): steps ending later never apply
         self.prompt = req.prompt.tolist()
         self.output = req.output.tolist()
         self.arrival = req.arrival.tolist()
         self.deadline = req.deadline.tolist()
+        self.reserve = req.reserve.tolist()
         self.left = [0] * req.n
         self.prefilled = [0] * req.n          # context cached so far (user cost models)
+        self.generated = [0] * req.n          # tokens emitted when it last stopped decoding
 
 
 class FastEngine(_Engine):
@@ -66,21 +77,27 @@ class FastEngine(_Engine):
     def __init__(self, index: int, spec, req, queue, policy: str, shared: Shared):
         super().__init__(index, spec, req, queue, policy, None)
         self.s = shared
-        self.running: set[int] = set()        # (the reference keeps admission order)
+        self.running: dict[int, None] = {}    # admission order (newest last), as a dict
         self.chunk = spec.chunk_tokens or math.inf
         self.rate = spec.prefill_rate
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
         self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
         # a user cost model sees each step's detail (and steps never repeat, as in the
-        # reference): keep the running sequences in admission order for it
+        # reference)
         self.user_cost = spec.step_time is not None
-        self.order: list[int] = []
+        # memory (blocks) and preemption
+        self.limit = self._kv_limit
+        self.block = spec.kv_block_tokens
+        self.preemptive = spec.preemptive
+        self.evicts = self.limit != math.inf or self.preemptive   # can preempt at all
+        self.evicted = False                  # whether this plan preempted a sequence
         # the shared token clock of the decoding sequences
-        self.ticks = 0                        # tokens each continuing decoder has emitted
+        self.ticks = 0                        # decode steps taken (by any decoder)
         self.gaps: list[float] = []           # per logged step: its inter-token gap (s)
         self.finishes: list = []              # heap of (tick at which it finishes, i)
-        self.joined: dict[int, tuple[int, int]] = {}   # i -> (tick, gap index) at join
+        # i -> (tokens emitted - ticks, gap index at join); stale heap entries are skipped
+        self.joined: dict[int, tuple[int, int]] = {}
         # the step (or run of identical steps) in flight; step_decode counts its decodes
         self.step_decode = 0
         self.step_chunks: list[tuple[int, int]] = []
@@ -105,9 +122,66 @@ class FastEngine(_Engine):
         self.queue.push(self.req.key(i, self.policy), i)
         self.work += self.s.prompt[i] + self.s.output[i]
 
+    # ---- memory
+    def _kv(self, ahead: int = 0, emit=()) -> int:
+        """KV blocks the running sequences hold after ``ahead`` more tokens of each
+        decoding sequence and one more of each prefilling sequence in ``emit`` (the
+        reference's ``_held`` summed, in Python ints)."""
+        s, joined, block = self.s, self.joined, self.block
+        prompt, reserve, generated = s.prompt, s.reserve, s.generated
+        total, base = 0, self.ticks + ahead
+        for i in self.running:
+            j = joined.get(i)
+            if j is not None:
+                g = j[0] + base
+            else:
+                g = generated[i] + 1 if i in emit else generated[i]
+            r = reserve[i]
+            total += -(-(prompt[i] + (g if g > r else r)) // block)
+        return total
+
+    def _fits_ahead(self, n: int) -> int:
+        """The most steps (1 to ``n``) whose decodes still fit in memory, as the
+        reference's binary search finds them (1 when none does)."""
+        if self._kv(n) <= self.limit:
+            return n
+        lo, hi = 1, n - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._kv(mid) <= self.limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _generated(self, i: int) -> int:
+        j = self.joined.get(i)
+        return self.s.generated[i] if j is None else j[0] + self.ticks
+
     # ---- admission
     def _admit(self, now: float) -> None:
+        """The reference's: fill free slots, then (``preemptive``) displace running
+        sequences whose policy key is worse than the head of the queue."""
+        r, heap = self.req, self.queue.heap
+        while True:
+            self._fill_free_slots(now)
+            if not (self.preemptive and heap and len(self.running) >= self.max_batch):
+                return
+            running = list(self.running)
+            for j in running:
+                if j in self.joined:
+                    r.generated[j] = self._generated(j)   # the srpt key reads it
+            keys = [r.key(j, self.policy) for j in running]
+            worst = max(range(len(keys)), key=keys.__getitem__)
+            if not heap[0][0] < keys[worst]:
+                return
+            victim = running[worst]
+            del self.running[victim]
+            self._evict(victim, now)
+
+    def _fill_free_slots(self, now: float) -> None:
         r, s, spec, heap = self.req, self.s, self.spec, self.queue.heap
+        limit, used = self.limit, None
         while heap and len(self.running) < self.max_batch:
             i = heap[0][1]
             if self.expires:
@@ -117,22 +191,77 @@ class FastEngine(_Engine):
                 if expiry <= now:
                     heapq.heappop(heap)
                     self.work -= s.prompt[i] + s.output[i]
-                    r.outcome[i], r.finish[i] = "timed_out", expiry
+                    r.outcome[i] = "timed_out"
+                    r.finish[i] = (expiry if s.generated[i] == 0
+                                   else max(expiry, r.last_token[i]))
                     if r.replica[i] < 0:
                         r.replica[i] = self.index
                     continue
+            if limit != math.inf:
+                g, reserve = s.generated[i], s.reserve[i]
+                need = -(-(s.prompt[i] + (g if g > reserve else reserve)) // self.block)
+                if need > limit:
+                    raise ValueError(
+                        f"request {i} needs {need} KV blocks (prompt {s.prompt[i]} tokens) "
+                        f"but kv_capacity_tokens={spec.kv_capacity_tokens} holds only "
+                        f"{int(limit)}")
+                if used is None:
+                    used = self._kv()
+                if used + need > limit:
+                    break                                 # head of line waits for memory
+                used += need
             heapq.heappop(heap)
-            r.replica[i] = self.index
-            r.admitted[i] = now
-            cached = self._prefix_hit(i) if self.spec.prefix_cache_blocks else 0
+            self._start(i, now)
+
+    def _start(self, i: int, now: float) -> None:
+        r, s = self.req, self.s
+        r.replica[i] = self.index
+        g = s.generated[i]
+        if g == 0 and not (self.evicts and r.preemptions[i]):
+            r.admitted[i] = now                          # (first admission only)
+        cached = self._prefix_hit(i) if self.spec.prefix_cache_blocks and g == 0 else 0
+        if cached and cached > r.cached[i]:
             r.cached[i] = cached
-            s.left[i] = s.prompt[i] - cached
-            if self.user_cost:
-                s.prefilled[i] = cached
-                self.order.append(i)
-            self.work -= cached
-            self.running.add(i)
-            self.prefilling.append(i)
+        s.left[i] = s.prompt[i] + g - cached             # recompute after preemption
+        s.prefilled[i] = cached
+        self.work -= cached
+        self.running[i] = None
+        self.prefilling.append(i)
+
+    def _evict(self, victim: int, now: float) -> None:
+        """Preempt a running sequence (already out of ``running``): free its KV and
+        requeue it to recompute, settling its lazily counted tokens and gaps."""
+        r, s = self.req, self.s
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+        r.preemptions[victim] += 1
+        j = self.joined.pop(victim, None)
+        if j is not None:                       # decoding: its last token came out now
+            g = j[0] + self.ticks
+            if j[1] < len(self.gaps):
+                r.max_gap[victim] = max(r.max_gap[victim], max(self.gaps[j[1]:]))
+            r.last_token[victim] = now
+            s.generated[victim] = r.generated[victim] = g
+        else:
+            g = s.generated[victim]
+        self.work += s.prompt[victim] + g - s.left[victim]
+        s.left[victim] = s.prefilled[victim] = 0
+        self.queue.push(r.key(victim, self.policy), victim)
+        self.evicted = True
+
+    def _make_room(self, chunks, now: float):
+        """The reference's: preempt the newest sequences until the tokens this step
+        emits fit in memory."""
+        left = self.s.left
+        while len(self.running) > 1:
+            emit = {i for i, take in chunks if take == left[i]}
+            if self._kv(1, emit) <= self.limit:
+                break
+            victim = next(reversed(self.running))
+            del self.running[victim]
+            self._evict(victim, now)
+            chunks = [(i, take) for i, take in chunks if i != victim]
+        return chunks
 
     # ---- one step
     def _decode_time(self, batch: int) -> float:
@@ -143,10 +272,26 @@ class FastEngine(_Engine):
             cache.append(self.spec.decode_time(len(cache)))
         return cache[batch]
 
+    def _next_finish(self) -> int:
+        """Tick of the next decode to finish (stale heap entries dropped first)."""
+        finishes, joined, output = self.finishes, self.joined, self.s.output
+        if not self.evicts:
+            return finishes[0][0]
+        while True:
+            tick, i = finishes[0]
+            j = joined.get(i)
+            if j is not None and output[i] - j[0] == tick:
+                return tick
+            heapq.heappop(finishes)
+
     def plan(self, now: float) -> None:
         """Admit what fits and start the next step (or run of identical steps) at
         ``now``, or go idle."""
-        self._admit(now)
+        self.evicted = False
+        if self.preemptive:
+            self._admit(now)
+        elif self.queue.heap and len(self.running) < self.max_batch:
+            self._fill_free_slots(now)
         left, budget = self.s.left, self.chunk
         chunks, tokens = [], 0
         for i in self.prefilling:
@@ -156,7 +301,11 @@ class FastEngine(_Engine):
             chunks.append((i, take))
             budget -= take
             tokens += take
-        decoding = len(self.finishes)
+        if self.limit != math.inf:
+            chunks = self._make_room(chunks, now)
+            if self.evicted:
+                tokens = sum(take for _, take in chunks)
+        decoding = len(self.joined)
         self.bounds = None
         if not chunks and not decoding:
             self.busy_until = math.inf
@@ -168,12 +317,14 @@ class FastEngine(_Engine):
             self.busy_until = now + duration
         elif not chunks:
             duration = self._decode_time(decoding)
-            repeat = max(self.finishes[0][0] - self.ticks, 1)
+            repeat = max(self._next_finish() - self.ticks, 1)
+            if repeat > 1 and self.limit != math.inf:
+                repeat = self._fits_ahead(repeat)
             self.busy_until = now + repeat * duration
         else:
             duration = self._decode_time(decoding) + tokens / self.rate
             self.busy_until = now + duration
-            if len(chunks) == 1 and budget <= 0:          # one full chunk: may repeat
+            if len(chunks) == 1 and budget <= 0 and not self.evicted:  # may repeat
                 repeat = self._chunk_run(now, duration, chunks[0][0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
@@ -182,7 +333,7 @@ class FastEngine(_Engine):
         """The step's duration from the reader's cost model, given the same detail the
         reference builds (decodes in admission order)."""
         prompt, joined, ticks = self.s.prompt, self.joined, self.ticks
-        context = [prompt[i] + 1 + ticks - joined[i][0] for i in self.order if i in joined]
+        context = [prompt[i] + joined[i][0] + ticks for i in self.running if i in joined]
         return self.spec.cost(StepDetail(
             prefill_chunks=np.array([take for _, take in chunks], dtype=np.int64),
             prefill_cached=np.array([self.s.prefilled[i] for i, _ in chunks], dtype=np.int64),
@@ -190,23 +341,39 @@ class FastEngine(_Engine):
 
     def _chunk_run(self, now: float, duration: float, i: int) -> int:
         """Steps that prefill ``chunk_tokens`` of prompt ``i`` with the same decodes,
-        until its last chunk or the first finish (after which the batch changes).
-        Admission cannot change them: the queue is empty or the batch full."""
-        if self.queue.heap and len(self.running) < self.max_batch:
+        until its last chunk, the first finish (after which the batch changes) or the
+        last step whose decodes fit in memory. Taken only when no step of the run
+        could admit or preempt: the queue is empty, or the batch is full (with
+        ``preemptive``, the running sequences' policy keys only improve as they
+        decode), or the head of the queue waits for memory, which only fills up
+        during the run (and no timeout can take it meanwhile). Arrivals cut the run
+        (:meth:`cut`); a queue shared with replicas that preempt is never run ahead."""
+        limited = self.limit != math.inf
+        if self.evicts and len(self.queue.replicas) > 1:
+            return 1                     # another replica may requeue a preempted one
+        if (self.queue.heap and len(self.running) < self.max_batch
+                and (not limited or self.expires)):
             return 1
         n = self.s.left[i] // self.chunk
         if self.s.left[i] % self.chunk == 0:
             n -= 1                                      # its last chunk emits a token
-        if self.finishes:
-            n = min(n, self.finishes[0][0] - self.ticks)
+        if self.joined:
+            n = min(n, self._next_finish() - self.ticks)
+        if n > 1 and limited:
+            n = self._fits_ahead(n)
         if n <= 1:
             return 1
-        bounds, end = [], now
+        bounds, end, horizon = [], now, self.s.horizon
         for _ in range(n):
             end += duration
+            if end > horizon and bounds:
+                break                # until_s: the reference applies the steps before it
             bounds.append(end)
-        self.bounds, self.busy_until = bounds, end
-        self.step_work = self.chunk + len(self.finishes)
+        n = len(bounds)
+        if n == 1:
+            return 1
+        self.bounds, self.busy_until = bounds, bounds[-1]
+        self.step_work = self.chunk + len(self.joined)
         return n
 
     def cut(self, t: float) -> None:
@@ -217,7 +384,8 @@ class FastEngine(_Engine):
         if self.bounds is None:
             super().cut(t)
             return
-        if self.busy_until == math.inf or len(self.running) >= self.max_batch:
+        if self.busy_until == math.inf or (len(self.running) >= self.max_batch
+                                           and not self.preemptive):
             return
         keep = max(1, bisect.bisect_left(self.bounds, t) + 1)
         if keep < self.repeat:
@@ -260,28 +428,51 @@ class FastEngine(_Engine):
                     self._first_token(i, now)
             if done:
                 del self.prefilling[:done]
-        finishes = self.finishes
+        finishes, joined, output = self.finishes, self.joined, s.output
         while finishes and finishes[0][0] <= self.ticks:
-            i = heapq.heappop(finishes)[1]
-            self._done(i, now, s.output[i])
-            r.max_gap[i] = max(gaps[self.joined.pop(i)[1]:])
+            tick, i = heapq.heappop(finishes)
+            if self.evicts:
+                j = joined.get(i)
+                if j is None or output[i] - j[0] != tick:
+                    continue                            # preempted since: stale
+                del joined[i]
+            else:
+                j = joined.pop(i)
+            self._done(i, now, output[i])
+            r.max_gap[i] = max(r.max_gap[i], max(gaps[j[1]:]))
 
     def _first_token(self, i: int, now: float) -> None:
-        r = self.req
-        r.first[i] = now
-        if self.spec.prefix_cache_blocks:
-            self._remember_prefix(i)
+        """Prefill of ``i`` is complete: its first token, or (recomputed after a
+        preemption) its next one."""
+        r, s = self.req, self.s
+        g = s.generated[i]
+        if g == 0:
+            r.first[i] = now
+            if self.spec.prefix_cache_blocks:
+                self._remember_prefix(i)
+        else:
+            r.max_gap[i] = max(r.max_gap[i], now - r.last_token[i])
         self.work -= 1
-        output = self.s.output[i]
-        if output == 1:
-            self._done(i, now, 1)
+        g += 1
+        output = s.output[i]
+        if g >= output:
+            self._done(i, now, g)
             return
-        self.joined[i] = (self.ticks, len(self.gaps))
-        heapq.heappush(self.finishes, (self.ticks + output - 1, i))
+        base = g - self.ticks
+        self.joined[i] = (base, len(self.gaps))
+        heapq.heappush(self.finishes, (output - base, i))
+
+    def settle(self) -> None:
+        """At the end of a run cut by ``until_s``: write the tokens and largest gap of
+        each sequence still decoding into the request arrays, as the reference has them."""
+        r, gaps = self.req, self.gaps
+        for i, (base, at) in self.joined.items():
+            r.generated[i] = base + self.ticks
+            if at < len(gaps):
+                r.max_gap[i] = max(r.max_gap[i], max(gaps[at:]))
 
     def _done(self, i: int, now: float, generated: int) -> None:
         r = self.req
         r.finish[i], r.outcome[i], r.generated[i] = now, "done", generated
-        self.running.discard(i)
-        if self.user_cost:
-            self.order.remove(i)
+        self.s.generated[i] = generated
+        del self.running[i]

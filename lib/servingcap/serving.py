@@ -33,10 +33,10 @@ Units: seconds, tokens, tokens/s. Every request given appears exactly once in th
 output of :func:`simulate`.
 
 Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-default combined mode with no KV limit, no preemption, no step log and no ``until_s``,
-:func:`simulate` runs ``_fast_engine.FastEngine`` instead. It accounts for decodes
-lazily and takes runs of identical steps at once, and gives
-the same rows bit for bit (``tests/test_fast_engine.py``).
+default combined mode with no step log (KV limits, prefix cache, preemption, timeouts
+and ``until_s`` included), :func:`simulate` runs ``_fast_engine.FastEngine``
+instead. It accounts for decodes lazily and takes runs of identical steps at once, and
+gives the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
 from __future__ import annotations
@@ -1021,7 +1021,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
 
     shared = _Queue() if router == "pooled" else None
     fast = _FAST_PATH and _fast_engine.usable(replica, step_log, horizon)
-    lists = _fast_engine.Shared(req) if fast else None
+    lists = _fast_engine.Shared(req, horizon) if fast else None
     engines = []
     for k in range(n_rep):
         queue = shared if shared is not None else _Queue()
@@ -1073,6 +1073,9 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         now = engine.busy_until
         engine.finish_step()
         engine.plan(now)
+    if fast:
+        for engine in engines:
+            engine.settle()                 # write out the lazily counted decode state
     return _result(requests, req, steps)
 
 
