@@ -42,6 +42,7 @@ ALLOWED = {
     "offered_load": (),
     "agent_amplification": ("CV = 1", "CV = 0"),
     "variance_penalty": ("ln(100)", "ln 100", "from 2023"),
+    "step_time": ("of 2024", "The 2024 vLLM"),
 }
 
 # pending re-derivation (issue 12): chapters 7-15's typed numbers as of this test's
