@@ -7,7 +7,9 @@ each scheduling mode (combined unchunked and chunked at 160 tokens, prefill_firs
 request-count routers, on a few fleet sizes, reports wall and CPU time,
 simulated requests per second and simulated engine steps per second, and checks that
 every request is accounted for. Times are the best of ``--repeats`` runs; the verdict
-uses CPU time (``time.process_time``) so a busy machine does not distort it.
+uses CPU time (``time.process_time``) so a busy machine does not distort it. Every run
+here asks for the step log, so it times the step-by-step reference engine;
+``bench/engine_speedup.py`` times the fast path against the engine at commit 7d8bff9.
 
 Not run by CI. Usage::
 

@@ -3,21 +3,22 @@
 import re
 import subprocess
 import sys
+import time
 
-import numpy as np
-import pandas as pd
 import pytest
-from servingcap.__main__ import main
+from servingcap.__main__ import _trace_requests, main
 from servingcap.fleet import size_fleet
-from servingcap.planning import hold_time, plan
+from servingcap.planning import PoissonWorkload, fluid_rate, hold_time, plan
 from servingcap.serving import Replica
 
-# A small, fast plan: 400 requests, short outputs, 8 slots per replica.
-RATE, N, SEED = 4.0, 400, 5
-FAST = ["--rate", "4", "--requests", "400", "--prompt-tokens", "1000", "--output-tokens", "40",
+# A small, fast plan: short outputs, 8 slots per replica, at most 4 replications a point.
+RATE, SEED = 4.0, 5
+FAST = ["--rate", "4", "--prompt-tokens", "1000", "--output-tokens", "40",
         "--prefill-rate", "8000", "--decode-step-ms", "20", "--max-batch", "8",
         "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50", "--target", "0.9",
-        "--seed", str(SEED), "--no-progress"]
+        "--seed", str(SEED), "--budget", "4", "--workers", "1", "--no-progress"]
+ROW = (r"^\s+(\d+)\s+([\d.]+)% \(([\d.]+)-([\d.]+)%\)\s+(\d+) ms\s+(\d+) ms\s+([\d.]+) req/s"
+       r"\s+(\d+)\s+(\d+) s\s+(meets|misses|undecided|unstable)$")
 
 
 def main_in_process(args, capsys):
@@ -32,7 +33,7 @@ def main_in_process(args, capsys):
 
 def run(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "servingcap", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
+                          text=True, timeout=300, cwd=cwd)
 
 
 def parse(stdout: str) -> dict:
@@ -44,20 +45,18 @@ def parse(stdout: str) -> dict:
 
     guess = grab(r"first guess: (\d+) replicas? \+ (\d+) spare = (\d+) replicas?")
     fleet = grab(r"Simulator-confirmed fleet: (\d+) replicas? \+ (\d+) spare = (\d+) replicas?")
-    rows = re.findall(r"^\s+(\d+)\s+(\d+) ms\s+(\d+) ms\s+([\d.]+)%\s+([\d.]+) req/s"
-                      r"\s+(meets|misses)$", stdout, re.MULTILINE)
+    rows = re.findall(ROW, stdout, re.MULTILINE)
     capacity = grab(r"carr(?:y|ies) up to ([\d.]+) req/s")
     slots = grab(r"a = [\d.]+ req/s x [\d.]+ s = ([\d.]+) busy slots; c = (\d+) slots")
+    fluid = grab(r"fluid throughput bound: ([\d.]+) req/s per replica, so at least (\d+)")
     return {"guess": tuple(map(int, guess)), "fleet": tuple(map(int, fleet)),
             "rows": rows, "capacity": float(capacity[0]),
-            "offered_load": float(slots[0]), "slots": int(slots[1])}
+            "offered_load": float(slots[0]), "slots": int(slots[1]),
+            "fluid_min": int(fluid[1])}
 
 
-def fast_requests() -> pd.DataFrame:
-    """The workload the FAST options describe: Poisson arrivals from the seed, fixed lengths."""
-    rng = np.random.default_rng(SEED)
-    return pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1.0 / RATE, N)),
-                         "prompt_tokens": 1000, "output_tokens": 40})
+FAST_REPLICA = Replica(prefill_rate=8000, decode_step_s=0.020, max_batch=8)
+FAST_WORK = PoissonWorkload(1000, 40)
 
 
 @pytest.fixture(scope="module")
@@ -69,28 +68,32 @@ def fast_run():
 
 def test_plan_prints_what_the_library_computes(fast_run):
     got = parse(fast_run.stdout)
-    replica = Replica(prefill_rate=8000, decode_step_s=0.020, max_batch=8)
-    requests = fast_requests()
-    expected = plan(requests, replica, RATE, limits={"ttft_s": 1.0, "tpot_s": 0.050},
-                    target=0.9, spares=1, seed=SEED)
-    sizing = size_fleet(RATE, hold_time(requests, replica), 8, beta=2.0, spares=1)
+    expected = plan(FAST_WORK, FAST_REPLICA, RATE, limits={"ttft_s": 1.0, "tpot_s": 0.050},
+                    target=0.9, spares=1, seed=SEED, budget=4, executor=None)
+    sizing = size_fleet(RATE, hold_time(FAST_WORK, FAST_REPLICA), 8, beta=2.0, spares=1)
     assert got["guess"] == (sizing.replicas_for_slots, 1, sizing.replicas)
     assert got["offered_load"] == pytest.approx(sizing.offered_load, abs=0.05)
     assert got["slots"] == sizing.slots
+    assert got["fluid_min"] == expected.fleet.fluid_min
     n = expected.fleet.replicas
     assert got["fleet"] == (n, 1, n + 1)
     assert got["capacity"] == pytest.approx(expected.capacity.rate, rel=1e-3)
-    # the table shows the answer (meets) and, when n > 1, one fewer (misses)
-    (size, ttft, tpot, attain, good, verdict), *rest = got["rows"]
+    # the table shows the answer (meets) with its interval, replications and run length
+    (size, attain, low, high, ttft, tpot, good, reps, run_s, verdict), *rest = got["rows"]
     row = expected.at_size
     assert (int(size), verdict) == (n, "meets")
+    assert float(low) / 100 >= 0.9 - 0.00005             # the interval clears the target
+    assert float(low) <= float(attain) <= float(high)
     assert int(ttft) == round(1000 * row["ttft_p99_s"])
     assert int(tpot) == round(1000 * row["tpot_p99_s"])
     assert float(attain) == pytest.approx(100 * row["attainment"], abs=0.006)
     assert float(good) == pytest.approx(row["goodput_rps"], abs=0.006)
-    if n > 1:
-        assert rest and int(rest[0][0]) == n - 1 and rest[0][-1] == "misses"
-        assert float(rest[0][3]) < 90.0
+    assert int(reps) == row["replications"] and int(run_s) == round(row["run_s"])
+    if rest:
+        assert int(rest[0][0]) == n - 1 and rest[0][-1] != "meets"
+    else:
+        assert "below the fluid bound" in fast_run.stdout or n == 1
+    assert "t-intervals across replications" in fast_run.stdout
     assert fast_run.stderr == ""          # --no-progress: nothing on stderr
 
 
@@ -98,12 +101,13 @@ def test_config_file_gives_the_same_plan_and_the_command_line_wins(fast_run, tmp
     config = tmp_path / "plan.toml"
     config.write_text(
         "# the FAST options as a config file\n"
-        "rate = 4\nrequests = 400\nprompt-tokens = 1000\noutput_tokens = 40\n"
+        "rate = 4\nprompt-tokens = 1000\noutput_tokens = 40\n"
         "prefill-rate = 8000\ndecode-table = { 1 = 20, 64 = 20 }\nmax-batch = 8\n"
-        "ttft-p99-ms = 1000\ntpot-p99-ms = 50\ntarget = 0.9\n"
-        f"seed = {SEED}\nprogress = false\n")
+        "ttft-p99-ms = 1000\ntpot-p99-ms = 50\ntarget = 0.9\nbudget = 4\nworkers = 1\n"
+        f"seed = {SEED}\nno-progress = true\n")
     done = run("plan", "--config", str(config))
     assert done.returncode == 0, done.stderr
+    assert done.stderr == ""              # the TOML key no-progress is the flag
     # a flat 20 ms decode table is the 20 ms decode step: same numbers as the flags
     assert parse(done.stdout) == parse(fast_run.stdout)
     overridden = run("plan", "--config", str(config), "--rate", "2")
@@ -111,17 +115,37 @@ def test_config_file_gives_the_same_plan_and_the_command_line_wins(fast_run, tmp
     assert overridden.stdout.startswith("Plan for 2 req/s")
 
 
-def test_trace_replay_runs():
-    done = run("plan", "--trace", "azure_code", "--requests", "300", "--rate", "2",
-               "--max-batch", "16", "--no-progress")
+def test_workers_and_a_dask_scheduler_give_the_same_report(fast_run, capsys):
+    args = list(FAST)
+    args[args.index("--workers") + 1] = "2"
+    status, out, err = main_in_process(["plan", *args], capsys)
+    assert status == 0, err
+    assert out == fast_run.stdout
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        no_workers = [a for i, a in enumerate(FAST)
+                      if a != "--workers" and (i == 0 or FAST[i - 1] != "--workers")]
+        status, out, err = main_in_process(
+            ["plan", *no_workers, "--scheduler", cluster.scheduler_address], capsys)
+    assert status == 0, err
+    assert out == fast_run.stdout
+
+
+def test_trace_replay_runs_and_says_what_it_replays():
+    done = run("plan", "--trace", "azure_code", "--requests", "3000", "--rate", "2",
+               "--max-batch", "16", "--budget", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert "trace azure_code: first 300 requests" in done.stdout
+    assert "trace azure_code: 3000 of " in done.stdout
+    assert "consecutive blocks" in done.stdout
     assert parse(done.stdout)["fleet"][0] >= 1
+    _, text = _trace_requests("mooncake", None)
+    assert "hash_ids (prefix reuse) not used" in text
 
 
 def test_progress_bar_goes_to_stderr(capsys):
     status, out, err = main_in_process(
-        ["plan", *[a for a in FAST if a != "--no-progress"], "--requests", "100"], capsys)
+        ["plan", *[a for a in FAST if a != "--no-progress"]], capsys)
     assert status == 0, err
     assert "simulating" in err
     assert "simulating" not in out
@@ -130,28 +154,63 @@ def test_progress_bar_goes_to_stderr(capsys):
 @pytest.mark.parametrize("args, named", [
     (["--rate", "-3"], "--rate"),
     (["--rate", "fast"], "--rate"),
+    (["--rate", "1e6"], "--rate"),                  # fluid bound: 530,223 replicas
+    (["--rate", "1e12"], "--rate"),
     (["--requests", "2.5"], "--requests"),
+    (["--requests", "3000"], "--requests"),         # only with --trace
+    (["--requests", "1e9"], "--requests"),
+    (["--trace", "azure_code", "--requests", "1e9"], "--requests"),
+    (["--prompt-tokens", "1e9"], "--ttft-p99-ms"),   # 125,000 s of prefill > 1 s
+    (["--prompt-dist", "lognormal:mean=2000,cv=1"], "--ttft-p99-ms"),
     (["--prompt-dist", "lognormal:mean=2000"], "--prompt-dist"),
+    (["--prompt-dist", "lognormal:mean=2000,mean=3000,cv=1"], "--prompt-dist"),
+    (["--output-dist", "gamma:mean=300,cv=1e-200"], "--output-dist"),
     (["--output-dist", "zipf:a=2"], "--output-dist"),
     (["--prompt-tokens", "0"], "--prompt-tokens"),
     (["--prompt-tokens", "10", "--prompt-dist", "exponential:mean=10"], "--prompt-tokens"),
     (["--decode-table", "16-20"], "--decode-table"),
     (["--decode-table", "16:20", "--decode-step-ms", "30"], "--decode-step-ms"),
+    (["--decode-step-ms", "60"], "--tpot-p99-ms"),   # one step > the TPOT limit
     (["--max-batch", "0"], "--max-batch"),
+    (["--max-batch", "1e9"], "--max-batch"),
     (["--target", "1.5"], "--target"),
     (["--router", "fastest"], "--router"),
+    (["--budget", "0"], "--budget"),
+    (["--confidence", "1"], "--confidence"),
+    (["--confidence", "0"], "--confidence"),
+    (["--holds", "1e9"], "--holds"),
+    (["--workers", "0"], "--workers"),
+    (["--workers", "2", "--scheduler", "tcp://x:1"], "--scheduler"),
     (["--trace", "no_such_trace.csv"], "--trace"),
     (["--trace", "azure_conv", "--prompt-tokens", "10"], "--prompt-tokens"),
     (["--config", "no_such.toml"], "--config"),
     (["--bogus", "3"], "--bogus"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_the_option(args, named, capsys):
+    # each refusal comes before any simulation, so it is immediate (no hang on huge
+    # rates, prompts or batches); the timing bound is loose on purpose (2 shared cores)
+    start = time.perf_counter()
     status, out, err = main_in_process(["plan", *args], capsys)
+    assert time.perf_counter() - start < 20
     assert status == 2
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert named in lines[0]
+
+
+def test_an_impossible_slo_says_why_before_simulating(capsys):
+    status, _, err = main_in_process(["plan", "--prompt-dist", "lognormal:mean=2000,cv=1"],
+                                     capsys)
+    assert status == 2
+    assert re.search(r"no fleet can meet the target 0.99: p99 prompt \(\d+ tokens\) needs "
+                     r"[\d.]+ s of prefill on an idle replica > TTFT limit 1 s", err), err
+
+
+def test_the_fluid_bound_is_stated_in_the_refusal(capsys):
+    status, _, err = main_in_process(["plan", "--rate", "1e6"], capsys)
+    per_replica = fluid_rate(PoissonWorkload(2000, 300), Replica())
+    assert status == 2 and f"{int(1e6 // per_replica) + 1:,} replicas" in err
 
 
 @pytest.mark.parametrize("args, named", [
@@ -202,7 +261,7 @@ def test_help_documents_every_option_with_units(capsys):
     status, out, _ = main_in_process(["plan", "--help"], capsys)
     assert status == 0
     entries = _option_help(out)
-    for option, unit in [("--rate", "requests/s"), ("--requests", "requests"),
+    for option, unit in [("--rate", "requests/s"), ("--requests", "--trace"),
                          ("--prompt-tokens", "tokens"), ("--prompt-dist", "tokens"),
                          ("--output-tokens", "tokens"), ("--output-dist", "tokens"),
                          ("--trace", "rescaled"), ("--prefill-rate", "tokens/s"),
@@ -213,6 +272,9 @@ def test_help_documents_every_option_with_units(capsys):
                          ("--router", "pooled"), ("--policy", "fcfs"),
                          ("--spares", "replicas"), ("--beta", "dimensionless"),
                          ("--seed", "seed"), ("--rtol", "relative"),
+                         ("--budget", "replications"), ("--confidence", "(0, 1)"),
+                         ("--holds", "hold times"), ("--workers", "processes"),
+                         ("--scheduler", "Dask"), ("--max-replicas", "replicas"),
                          ("--no-progress", "stderr"), ("--config", "TOML")]:
         assert option in entries, (option, sorted(entries))
         assert unit in entries[option], (option, unit, entries[option])

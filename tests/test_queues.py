@@ -6,6 +6,7 @@ a second way and never by typing in the value the package prints.
 """
 
 import math
+import re
 from decimal import Decimal, getcontext
 
 import numpy as np
@@ -395,3 +396,44 @@ def test_public_names():
     for name in ("little", "little_check", "MM1", "MG1", "MMc", "erlang_b", "erlang_c",
                  "sqrt_staffing", "halfin_whitt_prob_wait"):
         assert name in queues.__all__
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+@pytest.mark.parametrize("bad", [math.nan, None, "1", [0.5, math.nan], True])
+def test_cdfs_refuse_nan_and_non_numbers(bad):
+    for cdf in (MM1(0.5, 1.0).response_cdf, MM1(0.5, 1.0).wait_cdf, MMc(1.0, 1.0, 2).wait_cdf):
+        with pytest.raises(ValueError, match="^t must"):
+            cdf(bad)
+
+
+def test_cdfs_at_infinity_are_exact():
+    m = MM1(0.5, 1.0)
+    assert m.response_cdf(math.inf) == 1.0 and m.response_cdf(-math.inf) == 0.0
+    np.testing.assert_array_equal(m.wait_cdf([-math.inf, math.inf]), [0.0, 1.0])
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    ({"L": 1e308, "time_in_system": 1e-308}, "L=1e+308 / time_in_system=1e-308"),
+    ({"arrival_rate": 1e200, "time_in_system": 1e200}, "arrival_rate=1e+200 * time_in_system"),
+    ({"L": 1e308, "arrival_rate": 1e-10}, "L=1e+308 / arrival_rate=1e-10"),
+])
+def test_little_overflow_is_an_error_naming_the_inputs(kwargs, names):
+    with pytest.raises(servingcap._check.NumericOverflowError, match=re.escape(names)):
+        little(**kwargs)
+
+
+def test_erlang_b_past_the_recursion_limit_matches_the_recursion():
+    # The bounded-cost path (c > 100,000, a > c) against the classic O(c) recursion,
+    # which is exact; scipy's log-space Poisson ratio is good to ~1e-9 relative.
+    for c, a in ((100_001, 100_011.0), (150_000, 1.1 * 150_000), (120_000, 5e6)):
+        assert erlang_b(c, a) == pytest.approx(erlang_b_recursion(c, a), rel=1e-8)
+
+
+def test_erlang_b_huge_is_fast_and_bounded():
+    # Used to loop 10**9 times. B(c, 2c) -> 1/2 as c grows (1/B = sum (1/2)^k ...).
+    assert erlang_b(10**9, 2e9) == pytest.approx(0.5, rel=1e-8)
+    assert erlang_b(10**12, 1e15) == pytest.approx(1 - 1e-3, rel=1e-9)
+    with pytest.raises(ValueError, match="servers must be <="):
+        erlang_b(10**13, 2e13)

@@ -577,3 +577,16 @@ def test_request_count_router_synchronizes_equal_length_cohorts():
     assert p99["least_requests prefill"] >= 5 * 2000 and p99["least_loaded prefill"] == 2000
     assert p99["least_requests"][2] > 1.3 * p99["least_requests"][0]
     assert (p99["least_requests"] > 1.5 * p99["least_loaded"]).all()
+
+
+def test_a_rejected_last_simultaneous_arrival_still_wakes_the_replica():
+    # Six tiny prompts and one too long for the step cap arrive together: the rejected
+    # one came last, and the other six must still be served (they were left waiting
+    # on an idle replica, "unfinished", before the fix).
+    reqs = pd.DataFrame({"arrival_s": [0.0] * 7, "prompt_tokens": [1] * 6 + [257],
+                         "output_tokens": [1] * 7})
+    spec = Replica(mode="prefill_first", max_batch=1, max_batched_tokens=256)
+    assert simulate(reqs, spec).outcome.tolist() == ["done"] * 6 + ["rejected"]
+    capped = Replica(max_batch=1, max_queue=2)           # the queue cap rejects the last
+    out = simulate(reqs.assign(prompt_tokens=100), capped)
+    assert out.outcome.tolist() == ["done"] * 3 + ["rejected"] * 4

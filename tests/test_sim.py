@@ -312,3 +312,25 @@ def test_littles_law_on_a_simulated_mm1():
     L, se = mean_and_se(replicate(run, 20, 77))
     assert se < 0.02 * q.mean_in_system
     assert abs(L - q.mean_in_system) < Z * se
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def test_more_servers_than_requests_is_exact_and_allocates_nothing():
+    rng = np.random.default_rng(3)
+    a, s = np.cumsum(rng.exponential(1.0, 50)), rng.exponential(5.0, 50)
+    np.testing.assert_array_equal(fcfs_waits(a, s, servers=10**9), np.zeros(50))
+    np.testing.assert_array_equal(fcfs_waits(a, s, servers=50), fcfs_waits(a, s, servers=10**9))
+    assert fcfs_waits(a, s, servers=49)[-1] >= 0
+
+
+@pytest.mark.parametrize("servers", [1, 3])
+def test_overflowing_times_are_an_error_not_inf(servers):
+    from servingcap._check import NumericOverflowError
+    with pytest.raises(NumericOverflowError, match="service_times"):
+        fcfs_waits([0.0, 1.0, 2.0], [1e308, 1e308, 1e308], servers=servers)
+    with pytest.raises(NumericOverflowError, match="arrival_times"):
+        fcfs_waits([-1.7e308, 1.7e308], [1.0, 1.0], servers=servers)
+    # Large but representable values still work.
+    assert fcfs_waits([0.0, 1e300], [1e300, 1.0], servers=servers).tolist() == [0.0, 0.0]

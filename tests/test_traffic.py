@@ -249,3 +249,46 @@ def test_named_trace_missing_from_data_dir(tmp_path, monkeypatch):
 
 def test_trace_names():
     assert set(traffic.TRACES) == {"azure_conv", "azure_code", "mooncake"}
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def test_token_counts_past_the_limit_are_refused(tmp_path):
+    for name, text in (("big.csv", GOOD_HEADER + "2023-11-16 18:00:00.0,1e30,3\n"),
+                       ("big.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1e30}\n')):
+        with pytest.raises(ValueError, match=rf"{name}: row 0 has \w+_tokens = 1e\+30"):
+            load_trace(_write(tmp_path, name, text))
+
+
+def _jsonl(stamps):
+    return "".join(json.dumps({"timestamp": t, "input_length": 5, "output_length": 2}) + "\n"
+                   for t in stamps)
+
+
+def test_jsonl_timestamps_epoch_ms_and_iso_strings(tmp_path):
+    epoch_ms = load_trace(_write(tmp_path, "ms.jsonl", _jsonl([1_700_000_000_000, 1_700_000_001_500])))
+    assert epoch_ms["arrival_s"].tolist() == [0.0, 1.5]
+    iso = load_trace(_write(tmp_path, "iso.jsonl", _jsonl(["2023-11-16T18:15:46.5Z",
+                                                          "2023-11-16T19:15:47+01:00"])))
+    assert iso["arrival_s"].tolist() == [0.0, 0.5]     # the offset is honoured
+    for stamps, match in (([1_700_000_000, 1_700_000_001], "Unix time in seconds"),
+                          ([1.7e15, 1.7e15 + 1], "microseconds or nanoseconds"),
+                          (["2023-11-16T18:15:46Z", "yesterday"], "ISO 8601"),
+                          ([True, False], "row 0")):
+        with pytest.raises(ValueError, match=match):
+            load_trace(_write(tmp_path, "bad.jsonl", _jsonl(stamps)))
+
+
+@pytest.mark.parametrize("name, text", [
+    ("empty.csv", ""), ("garbled.csv", 'a,b\n"x,1\n'), ("bytes.csv", None),
+    ("empty.jsonl", ""),
+])
+def test_empty_or_garbled_files_name_the_file(tmp_path, name, text):
+    path = tmp_path / name
+    if text is None:
+        path.write_bytes(b"\xff\xfe\x00garbage\x80\x81")
+    else:
+        path.write_text(text)
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        load_trace(str(path))

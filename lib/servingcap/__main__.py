@@ -2,9 +2,9 @@
 
 Run ``python -m servingcap plan --help`` for every option and its unit. Options can
 also come from a TOML file (``--config plan.toml``) whose keys are the long option
-names (``rate = 30``, ``prompt-dist = "lognormal:mean=2000,cv=1"``); options given on
-the command line win over the file. Bad input exits with status 2 and a one-line
-message naming the option and its value.
+names (``rate = 30``, ``prompt-dist = "lognormal:mean=2000,cv=1"``, ``no-progress =
+true``); options given on the command line win over the file. Bad input, and a plan no
+fleet can meet, exit with status 2 and a one-line message naming the option.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from .planning import MAX_REQUESTS_PER_RUN, Lengths, PoissonWorkload
 
 PROG = "python -m servingcap"
 
 # Every plan option: name -> (default, help). Defaults are the book's locked numbers.
 DEFAULTS = {
     "rate": 30.0,
-    "requests": 3000,
+    "requests": None,
     "prompt_tokens": None,
     "prompt_dist": "fixed:2000",
     "output_tokens": None,
@@ -44,6 +43,12 @@ DEFAULTS = {
     "beta": 2.0,
     "seed": 0,
     "rtol": 0.02,
+    "budget": 16,
+    "confidence": 0.95,
+    "holds": 20.0,
+    "max_replicas": 4096,
+    "workers": None,
+    "scheduler": None,
     "progress": True,
 }
 
@@ -54,6 +59,9 @@ DISTRIBUTIONS = {
     "gamma": ("mean", "cv"),
     "uniform": ("low", "high"),
 }
+
+MAX_BATCH = 65_536          # batch slots per replica accepted (--max-batch)
+MAX_TRACE_ROWS = 10_000_000  # --requests accepted (rows of a trace)
 
 
 class InputError(Exception):
@@ -75,6 +83,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _routers() -> tuple:
+    from .serving import ROUTERS
+
+    return ROUTERS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Capacity planning for an LLM serving fleet, "
                      "from the book Capacity Is a Queue.")
@@ -87,23 +101,34 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Size a fleet of LLM serving replicas for an arrival rate and a latency SLO.\n\n"
             "Prints (1) the closed-form first guess: Little's law a = rate x T_hold busy\n"
-            "slots, square-root staffing c = a + beta sqrt(a), whole replicas plus spares;\n"
+            "slots, square-root staffing c = a + beta sqrt(a), whole replicas plus spares,\n"
+            "and the fluid throughput bound (fewer replicas cannot carry the rate at all);\n"
             "(2) the smallest replica count whose simulated SLO attainment meets --target\n"
-            "(continuous-batching simulator, the same requests at every size), with its\n"
-            "p99 TTFT/TPOT and goodput, and the count one below to show it misses; (3) the\n"
-            "capacity knee: the largest rate that many serving replicas carry (spares held\n"
-            "back), found by bisection on the simulator.\n\n"
+            "(continuous-batching simulator), with a confidence interval, p99 TTFT/TPOT,\n"
+            "goodput, replications and run length, and the count one below; (3) the\n"
+            "capacity knee: the largest rate that many serving replicas are shown to carry\n"
+            "(spares held back), found by bisection on the simulator.\n\n"
             "A request meets the SLO when it finishes with TTFT <= --ttft-p99-ms and mean\n"
-            "TPOT <= --tpot-p99-ms; the fleet meets it when at least --target of all\n"
-            "requests do (0.99: a joint p99). Rejected or unfinished requests count as misses."),
+            "TPOT <= --tpot-p99-ms; a fleet meets it when the --confidence interval of its\n"
+            "attainment (t-interval across independent replications) lies at or above\n"
+            "the --target (0.99: a joint p99), misses when it lies below, is 'undecided'\n"
+            "when it still straddles the target after --budget replications, and is\n"
+            "'unstable' when the runs have no steady state (latency or misses keep rising).\n"
+            "Each replication simulates --holds hold times of traffic at the rate (at least\n"
+            "2,000 requests), its warm-up cut by MSER-5; replication i replays the same\n"
+            "traffic at every size and rate (common random numbers), so the answer does not\n"
+            "depend on a request count. Rejected or unfinished requests count as misses.\n"
+            "Limits no fleet can meet (a prompt whose prefill alone exceeds the TTFT limit)\n"
+            "are refused before simulating."),
         epilog=(
             "Distributions (--prompt-dist, --output-dist), in tokens, rounded to whole "
             "tokens >= 1:\n"
             "  fixed:2000   exponential:mean=2000   lognormal:mean=2000,cv=1\n"
-            "  gamma:mean=300,cv=0.5   uniform:low=100,high=4000\n\n"
+            "  gamma:mean=300,cv=0.5   uniform:low=100,high=4000   (cv in [0.001, 100])\n\n"
             "Config file: keys are the long option names, e.g.\n"
             "  rate = 30\n  prompt-dist = \"lognormal:mean=2000,cv=1\"\n"
             "  decode-table = \"16:20,32:30,64:55\"   # or a table {16 = 20, 32 = 30}\n"
+            "  no-progress = true\n"
             "Command-line options override the file.\n\n"
             "Example:\n  python -m servingcap plan --rate 30 --prompt-tokens 2000 "
             "--output-tokens 300 \\\n      --ttft-p99-ms 1000 --tpot-p99-ms 50 --max-batch 32"),
@@ -116,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rate", type=str, metavar="REQ_PER_S", default=S,
                    help=f"mean arrival rate to plan for, requests/s (default {d['rate']:g})")
     g.add_argument("--requests", type=str, metavar="N", default=S,
-                   help="number of requests to simulate (Poisson arrivals, or the first N "
-                        f"of --trace); more is slower and less noisy (default {d['requests']})")
+                   help="with --trace only: use the first N requests of the trace "
+                        "(default: all of it). Sampled traffic needs no request count: "
+                        "see --holds and --budget")
     g.add_argument("--prompt-tokens", type=str, metavar="TOKENS", default=S,
                    help="every prompt this many tokens (shorthand for --prompt-dist fixed:TOKENS)")
     g.add_argument("--prompt-dist", type=str, metavar="SPEC", default=S,
@@ -130,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay a trace instead: azure_conv, azure_code, mooncake, or a "
                         ".csv (Azure columns) / .jsonl (Mooncake fields) file; arrivals are "
                         "rescaled to --rate keeping the burst shape; token counts from the "
-                        "trace (0 becomes 1)")
+                        "trace (0 becomes 1); replication i replays the i-th block of the "
+                        "trace; Mooncake hash_ids (prefix reuse) are not used")
     g = p.add_argument_group("replica cost model")
     g.add_argument("--prefill-rate", type=str, metavar="TOKENS_PER_S", default=S,
                    help="prompt tokens prefilled per second, tokens/s "
@@ -144,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--chunk-tokens", type=str, metavar="TOKENS", default=S,
                    help="chunked prefill: prompt tokens per step, tokens (default: whole prompts)")
     g.add_argument("--max-batch", type=str, metavar="SLOTS", default=S,
-                   help=f"batch slots per replica, concurrent sequences (default {d['max_batch']})")
+                   help="batch slots per replica, concurrent sequences, at most "
+                        f"{MAX_BATCH:,} (default {d['max_batch']})")
     g = p.add_argument_group("service-level objective")
     g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
                    help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
@@ -155,21 +183,41 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['target']:g})")
     g = p.add_argument_group("fleet")
     g.add_argument("--router", type=str, metavar="NAME", default=S,
-                   help="least_loaded, random, round_robin or pooled (one shared queue) "
-                        f"(default {d['router']})")
+                   help="how arrivals are spread over replicas: any router of "
+                        "servingcap.serving.simulate, e.g. " + ", ".join(_routers())
+                        + f" (pooled: one shared queue) (default {d['router']})")
     g.add_argument("--policy", type=str, metavar="NAME", default=S,
                    help=f"queue order on each replica: fcfs, sjf or srpt (default {d['policy']})")
     g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
                    help=f"whole replicas added for failures, replicas (default {d['spares']}, N+1)")
+    g.add_argument("--max-replicas", type=str, metavar="REPLICAS", default=S,
+                   help="largest fleet searched, replicas; a rate whose fluid bound needs "
+                        f"more is refused before simulating (default {d['max_replicas']})")
     g.add_argument("--beta", type=str, metavar="BETA", default=S,
                    help="square-root staffing headroom for the closed form, dimensionless "
                         f"(default {d['beta']:g})")
-    g = p.add_argument_group("run")
+    g = p.add_argument_group("simulation and statistics")
+    g.add_argument("--budget", type=str, metavar="REPLICATIONS", default=S,
+                   help="most independent replications per simulated point; 4 first, "
+                        "doubling while the interval straddles the target "
+                        f"(default {d['budget']})")
+    g.add_argument("--confidence", type=str, metavar="FRACTION", default=S,
+                   help="level of every confidence interval, in (0, 1) "
+                        f"(default {d['confidence']:g})")
+    g.add_argument("--holds", type=str, metavar="HOLD_TIMES", default=S,
+                   help="simulated traffic per replication, in hold times T_hold at the "
+                        f"rate (at least 2,000 requests) (default {d['holds']:g})")
     g.add_argument("--seed", type=str, metavar="INT", default=S,
-                   help="seed for sampled arrivals, lengths and the random router "
+                   help="root seed of the replications (arrivals, lengths, random router) "
                         f"(default {d['seed']})")
     g.add_argument("--rtol", type=str, metavar="FRACTION", default=S,
                    help=f"relative precision of the capacity search (default {d['rtol']:g})")
+    g.add_argument("--workers", type=str, metavar="N", default=S,
+                   help="local processes running replications (1: in this process; "
+                        "default: one per core)")
+    g.add_argument("--scheduler", type=str, metavar="ADDRESS", default=S,
+                   help="run replications on a Dask cluster, e.g. tcp://10.0.0.5:8786 "
+                        "(replaces --workers; same answer)")
     g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
                    default=S, help="no progress bar on stderr")
     return parser
@@ -191,9 +239,12 @@ def _load_config(path: str) -> dict:
     out = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        if name == "no_progress":               # the flag --no-progress, as a key
+            out["progress"] = not _flag("no_progress", value)
+            continue
         if name not in DEFAULTS:
             raise InputError(f"--config {path!r}: unknown key {key!r}; keys are the long "
-                             "option names, e.g. rate, requests, prompt-dist, max-batch")
+                             "option names, e.g. rate, prompt-dist, max-batch, no-progress")
         out[name] = value
     return out
 
@@ -237,37 +288,11 @@ def _flag(name, value) -> bool:
     raise _bad(name, value, "must be true or false")
 
 
-@dataclass(frozen=True)
-class Dist:
-    """A token-length distribution parsed from ``kind:key=value,...``."""
-
-    kind: str
-    params: dict
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        p = self.params
-        if self.kind == "fixed":
-            x = np.full(n, p["value"])
-        elif self.kind == "exponential":
-            x = rng.exponential(p["mean"], n)
-        elif self.kind == "lognormal":
-            sigma2 = math.log1p(p["cv"] ** 2)
-            x = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), n)
-        elif self.kind == "gamma":
-            shape = 1.0 / p["cv"] ** 2
-            x = rng.gamma(shape, p["mean"] / shape, n)
-        else:
-            x = rng.uniform(p["low"], p["high"], n)
-        return np.maximum(1, np.round(x)).astype(np.int64)
-
-    def __str__(self) -> str:
-        if self.kind == "fixed":
-            return f"fixed {self.params['value']:g} tokens"
-        inner = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
-        return f"{self.kind} ({inner}) tokens"
+Dist = Lengths
+"""A token-length distribution (:class:`servingcap.planning.Lengths`)."""
 
 
-def parse_dist(name: str, spec) -> Dist:
+def parse_dist(name: str, spec) -> Lengths:
     """Parse ``2000``, ``fixed:2000`` or ``kind:key=value,...`` (see DISTRIBUTIONS)."""
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         spec = f"fixed:{spec}"
@@ -287,10 +312,13 @@ def parse_dist(name: str, spec) -> Dist:
     else:
         for part in filter(None, (s.strip() for s in rest.split(","))):
             key, eq, value = part.partition("=")
-            if not eq or key.strip() not in keys:
+            key = key.strip()
+            if not eq or key not in keys:
                 raise _bad(name, spec,
                            f"must give {kind} parameters {', '.join(keys)} as key=value")
-            params[key.strip()] = value
+            if key in params:
+                raise _bad(name, spec, f"must give {key} once")
+            params[key] = value
     if set(params) != set(keys):
         raise _bad(name, spec, f"must give {kind} parameters {', '.join(keys)}")
     clean = {}
@@ -306,9 +334,10 @@ def parse_dist(name: str, spec) -> Dist:
         raise _bad(name, spec, "must be a whole number of tokens")
     if kind == "fixed" and clean["value"] < 1:
         raise _bad(name, spec, "must be >= 1 token")
-    if kind == "uniform" and not clean["low"] < clean["high"]:
-        raise _bad(name, spec, "must have low < high")
-    return Dist(kind, clean)
+    try:
+        return Lengths(kind, clean)
+    except ValueError as exc:
+        raise _bad(name, spec, f"is not a valid {kind} distribution ({exc})") from None
 
 
 def parse_table(name: str, spec) -> dict:
@@ -345,7 +374,7 @@ class Settings:
     """Validated plan inputs, ready for :func:`servingcap.planning.plan`."""
 
     rate: float
-    requests: pd.DataFrame
+    requests: object
     workload: str
     replica: object
     limits: dict
@@ -356,6 +385,12 @@ class Settings:
     beta: float
     seed: int
     rtol: float
+    budget: int
+    confidence: float
+    holds: float
+    max_replicas: int
+    workers: int | None
+    scheduler: str | None
     progress: bool
     decode: str
 
@@ -367,7 +402,6 @@ def settings(options: dict) -> Settings:
     given = dict(options)
     o = {**DEFAULTS, **given}
     rate = _number("rate", o["rate"])
-    n = _whole("requests", o["requests"], minimum=2)
     seed = _whole("seed", o["seed"], minimum=0)
     for short, dist in (("prompt_tokens", "prompt_dist"), ("output_tokens", "output_dist")):
         if short in given and dist in given:
@@ -382,14 +416,18 @@ def settings(options: dict) -> Settings:
             if name in given:
                 raise InputError(f"{_option(name)} cannot be combined with --trace "
                                  f"(the trace has its own lengths), got {given[name]!r}")
-        frame, workload = _trace_requests(o["trace"], n)
+        n = (None if o["requests"] is None
+             else _whole("requests", o["requests"], minimum=2))
+        if n is not None and n > MAX_TRACE_ROWS:
+            raise _bad("requests", o["requests"], f"must be <= {MAX_TRACE_ROWS:,} trace rows")
+        workload, text = _trace_requests(o["trace"], n)
     else:
-        rng = np.random.default_rng(seed)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
-        frame = pd.DataFrame({"arrival_s": arrivals,
-                              "prompt_tokens": prompt.sample(n, rng),
-                              "output_tokens": output.sample(n, rng)})
-        workload = f"Poisson arrivals; prompts {prompt}; outputs {output}"
+        if o["requests"] is not None:
+            raise _bad("requests", o["requests"],
+                       "applies only to --trace: sampled traffic is simulated for --holds "
+                       "hold times per replication, up to --budget replications")
+        workload = PoissonWorkload(prompt, output)
+        text = str(workload)
     if "decode_table" in given and "decode_step_ms" in given:
         raise InputError(f"--decode-step-ms and --decode-table are alternatives; give one, got "
                          f"{given['decode_step_ms']!r} and {given['decode_table']!r}")
@@ -402,6 +440,8 @@ def settings(options: dict) -> Settings:
         decode_text = f"decode step {1000 * decode:g} ms"
     chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
     max_batch = _whole("max_batch", o["max_batch"])
+    if max_batch > MAX_BATCH:
+        raise _bad("max_batch", o["max_batch"], f"must be <= {MAX_BATCH:,} sequences")
     replica = Replica(prefill_rate=_number("prefill_rate", o["prefill_rate"]),
                       decode_step_s=decode, max_batch=max_batch, chunk_tokens=chunk)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
@@ -416,14 +456,54 @@ def settings(options: dict) -> Settings:
     rtol = _number("rtol", o["rtol"])
     if rtol >= 1:
         raise _bad("rtol", o["rtol"], "must be < 1")
-    return Settings(rate=rate, requests=frame, workload=workload, replica=replica,
-                    limits=limits, target=target, router=router, policy=policy,
-                    spares=_whole("spares", o["spares"], minimum=0),
-                    beta=_number("beta", o["beta"], allow_zero=True), seed=seed, rtol=rtol,
-                    progress=_flag("progress", o["progress"]), decode=decode_text)
+    confidence = _number("confidence", o["confidence"])
+    if confidence >= 1:
+        raise _bad("confidence", o["confidence"], "must be < 1")
+    holds = _number("holds", o["holds"])
+    workers = None if o["workers"] is None else _whole("workers", o["workers"])
+    scheduler = o["scheduler"]
+    if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
+        raise _bad("scheduler", scheduler, "must be a Dask scheduler address")
+    if scheduler is not None and workers is not None:
+        raise InputError(f"--workers and --scheduler are alternatives; give one, got "
+                         f"{workers!r} and {scheduler!r}")
+    out = Settings(rate=rate, requests=workload, workload=text, replica=replica,
+                   limits=limits, target=target, router=router, policy=policy,
+                   spares=_whole("spares", o["spares"], minimum=0),
+                   beta=_number("beta", o["beta"], allow_zero=True), seed=seed, rtol=rtol,
+                   budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
+                   max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
+                   scheduler=scheduler, progress=_flag("progress", o["progress"]),
+                   decode=decode_text)
+    _feasible(out)
+    return out
 
 
-def _trace_requests(name, n: int):
+def _feasible(s: Settings) -> None:
+    """Refuse, before simulating, plans no fleet can meet or too large to simulate."""
+    from .planning import fluid_rate, hold_time, infeasible
+
+    found = infeasible(s.requests, s.replica, s.limits, s.target)
+    if found is not None:
+        column, why = found
+        option = {"ttft_s": "--ttft-p99-ms", "tpot_s": "--tpot-p99-ms"}.get(column, "--target")
+        raise InputError(f"{option}: no fleet can meet the target {s.target:g}: {why}")
+    per_replica = fluid_rate(s.requests, s.replica)
+    need = math.floor(s.rate / per_replica) + 1
+    if need > s.max_replicas:
+        raise InputError(f"--rate {s.rate:g} req/s needs at least {need:,} replicas by the "
+                         f"fluid throughput bound ({per_replica:.4g} req/s each), above "
+                         f"--max-replicas {s.max_replicas:,}")
+    hold = hold_time(s.requests, s.replica)
+    per_run = math.ceil(s.rate * s.holds * hold)
+    if per_run > MAX_REQUESTS_PER_RUN:
+        raise InputError(f"--rate {s.rate:g} req/s over --holds {s.holds:g} hold times of "
+                         f"{hold:.4g} s needs {per_run:,} requests per replication, above the "
+                         f"{MAX_REQUESTS_PER_RUN:,} this command simulates; lower --holds "
+                         "or --rate")
+
+
+def _trace_requests(name, n: int | None):
     from .traffic import TRACES, load_trace
 
     if not isinstance(name, str) or not name:
@@ -436,16 +516,21 @@ def _trace_requests(name, n: int):
         raise _bad("trace", name, f"names a file that is not there ({exc})") from None
     except ValueError as exc:
         raise _bad("trace", name, f"could not be read ({exc})") from None
-    frame = frame.iloc[:n].copy()
+    total = len(frame)
+    frame = frame.iloc[:n].copy() if n is not None else frame.copy()
     if len(frame) < 2 or frame["arrival_s"].iloc[-1] <= frame["arrival_s"].iloc[0]:
         raise _bad("trace", name, "must hold at least 2 requests spread over time")
     zeros = int(((frame["prompt_tokens"] < 1) | (frame["output_tokens"] < 1)).sum())
     frame["prompt_tokens"] = frame["prompt_tokens"].clip(lower=1)
     frame["output_tokens"] = frame["output_tokens"].clip(lower=1)
-    note = f", {zeros} zero lengths set to 1" if zeros else ""
-    text = (f"trace {name}: first {len(frame)} requests, burst shape kept{note}; "
-            f"mean prompt {frame['prompt_tokens'].mean():.0f} tokens, "
-            f"mean output {frame['output_tokens'].mean():.0f} tokens")
+    notes = [f"{zeros} zero lengths set to 1"] if zeros else []
+    if "hash_ids" in frame.columns:
+        notes.append("hash_ids (prefix reuse) not used: every prompt prefilled in full")
+    note = "".join(f"; {x}" for x in notes)
+    text = (f"trace {name}: {len(frame)} of {total} requests, replayed in consecutive blocks "
+            f"(one per replication) rescaled to the rate{note}; mean prompt "
+            f"{frame['prompt_tokens'].mean():.0f} tokens, mean output "
+            f"{frame['output_tokens'].mean():.0f} tokens")
     return frame[["arrival_s", "prompt_tokens", "output_tokens"]], text
 
 
@@ -453,20 +538,21 @@ def _trace_requests(name, n: int):
 
 
 class _Progress:
-    """A progress bar on stderr, one tick per simulation (tqdm)."""
+    """A progress bar on stderr, one tick per simulated point (tqdm)."""
 
     def __init__(self, enabled: bool):
         self.bar = None
         if enabled:
             from tqdm import tqdm
-            self.bar = tqdm(desc="simulating", unit=" sim", file=sys.stderr, leave=False,
+            self.bar = tqdm(desc="simulating", unit=" point", file=sys.stderr, leave=False,
                             dynamic_ncols=True)
 
     def __call__(self, row: dict) -> None:
         if self.bar is not None:
             label = f"{row['replicas']} repl" if "replicas" in row else "capacity"
             self.bar.set_postfix_str(f"{label} @ {row['rate_rps']:.3g} req/s: "
-                                     f"{row['attainment']:.2%} ok", refresh=False)
+                                     f"{row['attainment']:.2%} {row['verdict']} "
+                                     f"({row['replications']} reps)", refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
@@ -486,58 +572,110 @@ def _ms_or_na(seconds: float) -> str:
     return "n/a" if math.isnan(seconds) else _ms(seconds)
 
 
+def _reps(budget: int) -> str:
+    first = min(4, budget)
+    return f"{first}" if first == budget else f"{first} to {budget}"
+
+
+def _sizes(sizes) -> str:
+    text = ", ".join(map(str, sizes))
+    return f"{text} replica" if list(sizes) == [1] else f"{text} replicas"
+
+
+def _attainment(row) -> str:
+    """``99.52% (98.69-100.00%)``: estimate and confidence interval."""
+    return (f"{row['attainment']:.2%} ({100 * row['attainment_low']:.2f}-"
+            f"{100 * row['attainment_high']:.2f}%)")
+
+
+def _fleet_row(n: int, row) -> str:
+    return (f"   {n:>8}  {_attainment(row):>24}  {_ms(row['ttft_p99_s']):>8}  "
+            f"{_ms_or_na(row['tpot_p99_s']):>8}  {row['goodput_rps']:>7.2f} req/s  "
+            f"{int(row['replications']):>4}  {row['run_s']:>5.0f} s  {row['verdict']}")
+
+
 def render(s: Settings, result) -> str:
     """The report printed by ``plan`` (plain text, one number per claim)."""
+    from .planning import fluid_rate
+
     sz = result.sizing
     r = s.replica
-    prompt = float(s.requests["prompt_tokens"].mean())
-    output = float(s.requests["output_tokens"].mean())
+    fleet = result.fleet
     ttft, tpot = s.limits["ttft_s"], s.limits["tpot_s"]
+    per_replica = fluid_rate(s.requests, r)
+    rows = fleet.evaluations
     lines = [
-        f"Plan for {s.rate:g} req/s; {len(s.requests)} requests simulated ({s.workload})",
+        f"Plan for {s.rate:g} req/s ({s.workload})",
         f"Replica: prefill {r.prefill_rate:g} tokens/s, {s.decode}, {r.max_batch} slots, "
         + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
         + f"; router {s.router}, policy {s.policy}",
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
+        f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
+        f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
+        f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; {s.confidence:.0%} "
+        "t-intervals across replications decide meets/misses",
         "",
         f"1. Closed-form first guess (Little + square-root staffing, beta = {sz.beta:g})",
-        f"   T_hold = {prompt:.0f}-token prefill + {output:.0f} decode steps at a full batch "
-        f"= {result.hold_s:.3g} s per request",
+        f"   T_hold = mean prefill + mean decode steps at a full batch = {result.hold_s:.3g} s "
+        "per request",
         f"   a = {s.rate:g} req/s x {result.hold_s:.3g} s = {sz.offered_load:.1f} busy slots; "
         f"c = {sz.slots} slots / {r.max_batch} per replica",
         f"   first guess: {_replicas(sz.replicas_for_slots)} + {sz.spares} spare = "
         f"{_replicas(sz.replicas)}",
+        f"   fluid throughput bound: {per_replica:.4g} req/s per replica, so at least "
+        f"{_replicas(fleet.fluid_min)} (fewer are overloaded and are not simulated)",
         "",
-        f"2. Simulator-confirmed fleet: {_replicas(result.fleet.replicas)} + {result.spares} "
+        f"2. Simulator-confirmed fleet: {_replicas(fleet.replicas)} + {result.spares} "
         f"spare = {_replicas(result.replicas)}",
-        f"   {'replicas':>8}  {'TTFT p99':>9}  {'TPOT p99':>9}  {'attainment':>10}  "
-        f"{'goodput':>12}  verdict",
+        f"   {'replicas':>8}  {'attainment (CI)':>24}  {'TTFT p99':>8}  {'TPOT p99':>8}  "
+        f"{'goodput':>13}  {'reps':>4}  {'run':>7}  verdict",
+        _fleet_row(fleet.replicas, result.at_size),
     ]
-    for n, row in ((result.fleet.replicas, result.at_size),
-                   (result.fleet.replicas - 1, result.below)):
-        if row is None:
-            lines.append(f"   {n:>8}  (one replica already meets the target)")
-            continue
-        verdict = "meets" if row["meets"] else "misses"
-        lines.append(f"   {n:>8}  {_ms(row['ttft_p99_s']):>9}  {_ms_or_na(row['tpot_p99_s']):>9}  "
-                     f"{row['attainment']:>10.2%}  {row['goodput_rps']:>6.2f} req/s  {verdict}")
-    diff = result.fleet.replicas - sz.replicas_for_slots
+    below = result.below
+    if below is not None:
+        lines.append(_fleet_row(fleet.replicas - 1, below))
+    elif fleet.replicas == 1:
+        lines.append(f"   {0:>8}  (one replica already meets the target)")
+    else:
+        lines.append(f"   {fleet.replicas - 1:>8}  below the fluid bound: overloaded, not "
+                     "simulated")
+    others = rows.loc[~rows["replicas"].isin([fleet.replicas, fleet.replicas - 1])]
+    if len(others):
+        lines.append("   also simulated: " + ", ".join(
+            f"{int(n)} {v}" for n, v in zip(others["replicas"], others["verdict"], strict=True)))
+    diff = fleet.replicas - sz.replicas_for_slots
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
-                 f"{result.fleet.replicas} ({diff:+d})")
+                 f"{fleet.replicas} ({diff:+d})")
+    if fleet.undecided:
+        lines.append(f"   undecided after {s.budget} replications: {_sizes(fleet.undecided)} "
+                     "(counted as not meeting; a larger --budget may settle them)")
+    unstable = rows.loc[rows["verdict"] == "unstable", "replicas"].tolist()
+    if unstable:
+        lines.append("   unstable (no steady state: latency or misses keep rising along the "
+                     f"run): {_sizes(unstable)}")
     cap = result.capacity
     row = cap.at_rate
+    total = int(rows["replications"].sum() + cap.evaluations["replications"].sum()
+                - result.at_size["replications"])
     lines += [
         "",
-        f"3. Capacity knee: {_replicas(result.fleet.replicas)} (spares held back) "
-        f"{'carries' if result.fleet.replicas == 1 else 'carry'} up to "
+        f"3. Capacity knee: {_replicas(fleet.replicas)} (spares held back) "
+        f"{'carries' if fleet.replicas == 1 else 'carry'} up to "
         f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s)",
-        f"   at {cap.rate:.4g} req/s: attainment {cap.attainment:.2%}, TTFT p99 "
-        f"{_ms(row['ttft_p99_s'])}, TPOT p99 {_ms_or_na(row['tpot_p99_s'])}, "
-        f"goodput {row['goodput_rps']:.2f} req/s; misses at {cap.upper:.4g} req/s",
-        f"   ({result.simulations} simulations; goodput = requests meeting the SLO per second "
-        "from first arrival to last finish)",
+        f"   at {cap.rate:.4g} req/s: attainment {_attainment(row)}, TTFT p99 "
+        f"{_ms(row['ttft_p99_s'])}, TPOT p99 {_ms_or_na(row['tpot_p99_s'])}, goodput "
+        f"{row['goodput_rps']:.2f} req/s; not shown at {cap.upper:.4g} req/s "
+        f"({_verdict_at(cap, cap.upper)})",
+        f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
+        "simulated seconds per replication after warm-up; goodput = requests finishing "
+        "within the SLO per second of that window)",
     ]
     return "\n".join(lines)
+
+
+def _verdict_at(cap, rate: float) -> str:
+    rows = cap.evaluations.loc[cap.evaluations["rate_rps"] == rate, "verdict"]
+    return rows.iloc[-1] if len(rows) else "fluid bound"
 
 
 # --------------------------------------------------------------------------- main
@@ -551,6 +689,27 @@ def _merge(namespace: argparse.Namespace) -> dict:
     return merged
 
 
+def _executor(s: Settings):
+    """(executor, closer) for the replications: Dask, a local pool, or this process."""
+    from . import parallel
+
+    if s.scheduler is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise _bad("scheduler", s.scheduler, "needs dask.distributed installed") from None
+        try:
+            client = Client(s.scheduler, timeout=10)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise _bad("scheduler", s.scheduler, f"could not be reached ({exc})") from None
+        return client, client.close
+    if s.workers == 1:
+        return None, lambda: None
+    if s.workers is None:
+        return parallel.AUTO, lambda: None
+    return parallel.local_pool(s.workers), lambda: None
+
+
 def main(argv=None) -> int:
     from .planning import plan
 
@@ -558,22 +717,25 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         s = settings(_merge(args))
-    except InputError as exc:
-        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:          # library validation (e.g. a replica limit)
+        executor, close = _executor(s)
+    except (InputError, ValueError) as exc:     # ValueError: library validation
         print(f"{PROG} plan: error: {exc}", file=sys.stderr)
         return 2
     bar = _Progress(s.progress)
     try:
         result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
                       limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
-                      seed=s.seed, rtol=s.rtol, progress=bar)
+                      seed=s.seed, rtol=s.rtol, confidence=s.confidence, budget=s.budget,
+                      holds=s.holds, max_replicas=s.max_replicas, executor=executor,
+                      progress=bar)
     except ValueError as exc:
         bar.close()
-        print(f"{PROG} plan: error: {exc}", file=sys.stderr)
+        close()
+        message = str(exc).replace("max_replicas=", "--max-replicas ")
+        print(f"{PROG} plan: error: {message}", file=sys.stderr)
         return 2
     bar.close()
+    close()
     print(render(s, result))
     return 0
 

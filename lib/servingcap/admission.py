@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 
+@_check.guarded
 def wait_budget_s(ttft_slo_s: float, prefill_s: float) -> float:
     """Time a request may wait before its prefill starts and still meet TTFT (s).
 
@@ -56,6 +57,7 @@ def wait_budget_s(ttft_slo_s: float, prefill_s: float) -> float:
     return slo - prefill
 
 
+@_check.guarded
 def slot_drain_rate(slots: int, hold_s: float) -> float:
     """Requests/s a replica admits at saturation if each slot is held ``hold_s`` seconds.
 
@@ -68,6 +70,7 @@ def slot_drain_rate(slots: int, hold_s: float) -> float:
     return b / hold
 
 
+@_check.guarded
 def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: float,
                          slots: int) -> float:
     """Requests/s a saturated colocated replica completes (and so admits).
@@ -89,6 +92,7 @@ def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: 
     return 1.0 / (prefill + n * step / b)
 
 
+@_check.guarded
 def queue_depth_cap(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> float:
     """Queue depth (requests) beyond which an arrival is certain to miss its TTFT.
 
@@ -104,6 +108,7 @@ def queue_depth_cap(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> f
     return budget * mu
 
 
+@_check.guarded
 def max_queue_setting(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> int:
     """The ``Replica(max_queue=...)`` that rejects exactly the arrivals already doomed.
 
@@ -117,6 +122,7 @@ def max_queue_setting(ttft_slo_s: float, prefill_s: float, drain_rate: float) ->
     return int(math.floor(queue_depth_cap(ttft_slo_s, prefill_s, drain_rate))) + 1
 
 
+@_check.guarded
 def saturated_tpot_s(batch: int, prefill_s: float, output_tokens: float,
                      decode_step_s: float) -> float:
     """Mean time per output token (s) of a sequence in a full colocated batch.
@@ -139,6 +145,7 @@ def saturated_tpot_s(batch: int, prefill_s: float, output_tokens: float,
     return step + b * prefill / n
 
 
+@_check.guarded
 def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
                    decode_step_s: float) -> int:
     """Largest batch whose saturated TPOT (:func:`saturated_tpot_s`) meets ``tpot_slo_s``.
@@ -161,6 +168,7 @@ def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
     return max(int(math.floor((slo - step) * n / prefill * (1 + 1e-12))), 0)
 
 
+@_check.guarded
 def max_prompt_tokens_for_ttft(ttft_slo_s: float, prefill_rate: float,
                                decode_step_s: float = 0.0) -> int:
     """Longest prompt (tokens) that can meet TTFT on an idle replica.
@@ -198,8 +206,8 @@ def queue_positions(requests: pd.DataFrame) -> np.ndarray:
         raise ValueError(
             f"requests is missing column(s) {missing}; it has {list(requests.columns)}"
         )
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
-    admitted = requests["admitted_s"].to_numpy(dtype=float)
+    arrival = _check.column(requests, "arrival_s", "requests")
+    admitted = _check.column(requests, "admitted_s", "requests")
     queued = (requests["outcome"] != "rejected").to_numpy()
     order = np.argsort(arrival, kind="stable")
     a, s, q = arrival[order], admitted[order], queued[order]

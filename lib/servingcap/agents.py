@@ -272,7 +272,7 @@ def simulate(system: AgentSystem, horizon_s: float, seed) -> AgentRun:
     if not isinstance(sysm, AgentSystem):
         raise ValueError(f"system must be an AgentSystem, got {system!r}")
     horizon = _check.positive("horizon_s", horizon_s)
-    rng = np.random.default_rng(seed)
+    rng = _check.generator("seed", seed)
 
     arrivals = poisson_arrivals_until(sysm.task_rate, horizon, rng)   # tasks on [0, horizon)
     n = arrivals.size
@@ -712,7 +712,7 @@ def simulate_fanout(system: FanOut, horizon_s: float, seed) -> FanOutRun:
     if not isinstance(sysm, FanOut):
         raise ValueError(f"system must be a FanOut, got {system!r}")
     horizon = _check.positive("horizon_s", horizon_s)
-    rng = np.random.default_rng(seed)
+    rng = _check.generator("seed", seed)
 
     arrivals = poisson_arrivals_until(sysm.task_rate, horizon, rng)   # tasks on [0, horizon)
     n = arrivals.size

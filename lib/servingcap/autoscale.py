@@ -31,6 +31,7 @@ from . import _check
 __all__ = ["reactive_ready_times", "fcfs_time_varying", "fluid_wait"]
 
 
+@_check.guarded
 def reactive_ready_times(base_servers: int, added_servers: int, overload_start_s: float,
                          detect_s: float, startup_s: float) -> np.ndarray:
     """Ready time (s) of every server of a fleet that scales out once.
@@ -104,6 +105,7 @@ def fcfs_time_varying(arrival_s, service_s, server_ready_s, queue_cap: int | Non
     return waits, admitted
 
 
+@_check.guarded
 def fluid_wait(t_s, arrival_rate: float, base_capacity: float, added_capacity: float,
                ready_s: float):
     """Fluid FCFS wait (s) of work arriving at ``t_s`` during a constant-rate burst.

@@ -40,9 +40,15 @@ from . import _check
 
 __all__ = ["scale_prompts", "retry_storm", "assign_tenants", "tenant_burst", "label"]
 
+MAX_BURST = 1000.0
+"""Largest tenant_burst factor: a thousand times the usual rate is already another workload
+(and builds a table a thousand times the tenant's)."""
+
 
 def _frame(requests) -> pd.DataFrame:
-    return _check.requests(requests)
+    frame = _check.requests(requests)
+    _check.request_tokens(frame)
+    return frame
 
 
 def label(requests) -> pd.DataFrame:
@@ -52,6 +58,16 @@ def label(requests) -> pd.DataFrame:
     for those columns.
     """
     out = _frame(requests).reset_index(drop=True).copy()
+    if "request" in out.columns:
+        ids = _check.array("requests['request']", _check.column(out, "request", "requests"),
+                           nonnegative_values=True)
+        if (ids != np.round(ids)).any():
+            raise ValueError("requests['request'] must be whole-number request ids")
+    if "attempt" in out.columns:
+        tries = _check.array("requests['attempt']", _check.column(out, "attempt", "requests"),
+                             nonnegative_values=True)
+        if (tries != np.round(tries)).any():
+            raise ValueError("requests['attempt'] must be whole numbers (0 = first try)")
     if "request" not in out.columns:
         out["request"] = np.arange(len(out), dtype=np.int64)
     if "attempt" not in out.columns:
@@ -71,6 +87,7 @@ def _window(start_s, duration_s) -> tuple[float, float]:
     return start, start + length
 
 
+@_check.guarded
 def scale_prompts(requests, factor: float = 2.0) -> pd.DataFrame:
     """Every prompt ``factor`` times as long (tokens, rounded, at least 1).
 
@@ -79,11 +96,12 @@ def scale_prompts(requests, factor: float = 2.0) -> pd.DataFrame:
     """
     f = _check.positive("factor", factor)
     out = label(requests)
-    out["prompt_tokens"] = np.maximum(1, np.rint(out["prompt_tokens"].to_numpy(dtype=float) * f)
+    out["prompt_tokens"] = np.maximum(1, np.rint(_check.column(out, "prompt_tokens", "requests") * f)
                                       ).astype(np.int64)
     return _sorted(out)
 
 
+@_check.guarded
 def retry_storm(requests, start_s: float, duration_s: float, delay_s: float,
                 share: float = 1.0, seed=0) -> pd.DataFrame:
     """A downstream timeout makes clients re-submit requests: extra offered load.
@@ -118,16 +136,17 @@ def retry_storm(requests, start_s: float, duration_s: float, delay_s: float,
     if not 0 <= p <= 1:
         raise ValueError(f"share must be in [0, 1], got {share!r}")
     base = label(requests)
-    t = base["arrival_s"].to_numpy(dtype=float)
+    t = _check.column(base, "arrival_s", "requests")
     hit = (t >= lo) & (t < hi) & (base["attempt"].to_numpy() == 0)
     if p < 1:
-        hit &= np.random.default_rng(seed).random(len(base)) < p
+        hit &= _check.generator("seed", seed).random(len(base)) < p
     retries = base[hit].copy()
     retries["arrival_s"] = retries["arrival_s"] + delay
     retries["attempt"] = retries["attempt"] + 1
     return _sorted(pd.concat([base, retries], ignore_index=True))
 
 
+@_check.guarded
 def assign_tenants(requests, shares: Mapping[str, float], seed=0) -> pd.DataFrame:
     """Label each request with a tenant drawn at random with the given shares.
 
@@ -141,11 +160,12 @@ def assign_tenants(requests, shares: Mapping[str, float], seed=0) -> pd.DataFram
     if abs(weights.sum() - 1.0) > 1e-9:
         raise ValueError(f"shares must sum to 1, got {weights.sum()!r}")
     out = label(requests)
-    draw = np.random.default_rng(seed).choice(len(names), size=len(out), p=weights)
+    draw = _check.generator("seed", seed).choice(len(names), size=len(out), p=weights)
     out["tenant"] = np.array(names, dtype=object)[draw]
     return out
 
 
+@_check.guarded
 def tenant_burst(requests, tenant: str, start_s: float, duration_s: float,
                  factor: float = 2.0, seed=0) -> pd.DataFrame:
     """One tenant sends ``factor`` times its usual rate during a window.
@@ -178,16 +198,17 @@ def tenant_burst(requests, tenant: str, start_s: float, duration_s: float,
     base = label(requests)
     if "tenant" not in base.columns:
         raise ValueError("requests must have a 'tenant' column; label them with assign_tenants")
-    if tenant not in set(base["tenant"]):
+    if isinstance(tenant, (list, dict, set)) or tenant not in set(base["tenant"]):
         raise ValueError(f"tenant must be one of {sorted(set(base['tenant']))}, got {tenant!r}")
     lo, hi = _window(start_s, duration_s)
     f = _check.number("factor", factor)
-    if f < 1:
-        raise ValueError(f"factor must be >= 1 (a rate multiplier), got {factor!r}")
-    rng = np.random.default_rng(seed)
+    if not 1 <= f <= MAX_BURST:
+        raise ValueError(f"factor must be in [1, {MAX_BURST:g}] (a rate multiplier; each "
+                         f"request gets factor - 1 siblings), got {factor!r}")
+    rng = _check.generator("seed", seed)
     mine = base[(base["tenant"] == tenant) & (base["attempt"] == 0)].sort_values(
         "arrival_s", kind="stable")
-    t = mine["arrival_s"].to_numpy(dtype=float)
+    t = _check.column(mine, "arrival_s", "requests")
     inside = (t >= lo) & (t < hi)
     rows = mine[inside]
     times = t[inside]

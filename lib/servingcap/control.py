@@ -116,6 +116,14 @@ class Controller:
 
     def desired(self, predicted_rps: float, backlog: float, replica_rate: float) -> int:
         """Replicas this controller wants for a predicted rate (requests/s) and backlog."""
+        predicted_rps = _check.nonnegative("predicted_rps", predicted_rps)
+        backlog = _check.nonnegative("backlog", backlog)
+        replica_rate = _check.positive("replica_rate", replica_rate)
+        with _check.overflow(f"Controller.desired(predicted_rps={predicted_rps!r}, "
+                             f"backlog={backlog!r}, replica_rate={replica_rate!r})"):
+            return self._desired(predicted_rps, backlog, replica_rate)
+
+    def _desired(self, predicted_rps: float, backlog: float, replica_rate: float) -> int:
         need = predicted_rps / (self.target_utilization * replica_rate)
         if self.backlog_drain_s is not None:
             need += backlog / (replica_rate * self.backlog_drain_s)
@@ -130,7 +138,9 @@ class ControlRun:
     ``timeline`` columns: ``t_s`` (interval start, s), ``arrivals`` (requests),
     ``offered_rps``, ``predicted_rps``, ``capacity_rps`` (requests/s), ``desired``,
     ``serving``, ``booting``, ``cold`` (replicas), ``backlog`` (requests at the end),
-    ``wait_s`` (wait of work arriving at the end, s), ``served``, ``late``, ``shed``
+    ``wait_s`` (wait of work arriving at the end, s; ``inf`` when work waits and no
+    replica serves),
+    ``served``, ``late``, ``shed``
     (requests).
     """
 
@@ -216,6 +226,7 @@ def _late_fraction(q0: float, slope: float, threshold: float) -> float:
     return 1.0 - cross if slope > 0 else cross
 
 
+@_check.guarded
 def simulate_control(arrivals, dt_s: float, replica_rate: float, controller: Controller,
                      *, initial_replicas: int | None = None, cold_factor: float = 1.0,
                      warmup_s: float = 0.0, wait_budget_s: float | None = None,
@@ -324,11 +335,16 @@ def simulate_control(arrivals, dt_s: float, replica_rate: float, controller: Con
                 ready_at.sort()                # youngest (latest ready) at the end
                 del ready_at[target:]
     timeline = pd.DataFrame(rows)
+    for column in ("t_s", "capacity_rps", "offered_rps"):
+        if column in timeline.columns:
+            _check.finite_result(float(timeline[column].abs().max()),
+                                 f"timeline {column} from dt_s={dt!r}, replica_rate={mu!r}")
     timeline.attrs["launches"] = launches
     timeline.attrs["final_backlog"] = backlog
     return ControlRun(timeline=timeline, dt_s=dt, replica_rate=mu)
 
 
+@_check.guarded
 def poisson_counts(rates_rps, dt_s: float, rng) -> np.ndarray:
     """Poisson arrivals per interval for a rate profile (requests per interval).
 
@@ -337,9 +353,10 @@ def poisson_counts(rates_rps, dt_s: float, rng) -> np.ndarray:
     """
     r = _check.array("rates_rps", rates_rps, nonnegative_values=True)
     dt = _check.positive("dt_s", dt_s)
-    return np.random.default_rng(rng).poisson(r * dt).astype(float)
+    return _check.generator("rng", rng).poisson(r * dt).astype(float)
 
 
+@_check.guarded
 def diurnal_rates(duration_s: float, dt_s: float, mean_rps: float, swing: float,
                   period_s: float = 86_400.0, trough_at_s: float = 0.0) -> np.ndarray:
     """A sinusoidal daily load profile, one rate (requests/s) per interval.

@@ -52,6 +52,7 @@ __all__ = [
 # --------------------------------------------------------------------------- closed forms
 
 
+@_check.guarded
 def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
                  replicas: int) -> MMc:
     """All slots of the fleet behind one queue: M/M/(replicas * slots) at ``arrival_rate``.
@@ -63,9 +64,10 @@ def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
     hold = _check.positive("hold_s", hold_s)
     slots = _check.whole("slots_per_replica", slots_per_replica)
     n = _check.whole("replicas", replicas)
-    return MMc(lam, 1.0 / hold, slots * n)
+    return MMc(lam, _check.finite_result(1.0 / hold, f"1 / hold_s={hold!r}"), slots * n)
 
 
+@_check.guarded
 def split_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
                 replicas: int) -> MMc:
     """One replica's queue under random routing: M/M/slots at ``arrival_rate / replicas``.
@@ -77,7 +79,7 @@ def split_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
     hold = _check.positive("hold_s", hold_s)
     slots = _check.whole("slots_per_replica", slots_per_replica)
     n = _check.whole("replicas", replicas)
-    return MMc(lam / n, 1.0 / hold, slots)
+    return MMc(lam / n, _check.finite_result(1.0 / hold, f"1 / hold_s={hold!r}"), slots)
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ class GpuBusy:
         return self.prefill + self.decode
 
 
+@_check.guarded
 def gpu_busy(arrival_rate: float, replicas: int, prefill_s: float, output_tokens: float,
              decode_step_s: float, batch: int) -> GpuBusy:
     """GPU-time budget of one colocated replica (additive cost model, even routing).
@@ -303,7 +306,7 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
         return fcfs_waits(a, s, servers=n * slots)
     if router in ("random", "round_robin"):
         if router == "random":
-            target = np.random.default_rng(rng).integers(n, size=a.size)
+            target = _check.generator("rng", rng).integers(n, size=a.size)
         else:
             target = np.arange(a.size) % n
         waits = np.empty_like(a)
@@ -350,6 +353,7 @@ def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool)
     return waits
 
 
+@_check.guarded
 def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float = 0.001,
                   service: str = "exponential") -> pd.DataFrame:
     """Requests for the serving simulator's *slot model*: each holds a slot ~``hold_s``.
@@ -374,7 +378,7 @@ def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float
     service : {"exponential", "deterministic"}
     """
     lam = _check.positive("arrival_rate", arrival_rate)
-    count = _check.whole("n", n)
+    count = _check.size("n", n)
     hold = _check.positive("hold_s", hold_s)
     step = _check.positive("step_s", step_s)
     if service not in ("exponential", "deterministic"):
@@ -383,7 +387,7 @@ def slot_requests(arrival_rate: float, n: int, hold_s: float, rng, step_s: float
     if steps < 1:
         raise ValueError(
             f"hold_s must be at least one step_s, got hold_s={hold!r}, step_s={step!r}")
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     arrivals = poisson_arrivals(lam, count, rng)
     if service == "exponential":
         tokens = rng.geometric(1.0 / steps, count)
@@ -405,6 +409,14 @@ def slot_replica(slots: int, step_s: float = 0.001) -> Replica:
 # --------------------------------------------------------------------------- search
 
 
+class NotSimulatedError(KeyError, ValueError):
+    """A fleet size :func:`smallest_fleet` did not simulate (a KeyError, as before, and a
+    ValueError about the ``replicas`` argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class FleetSearch:
     """Result of :func:`smallest_fleet`: the answer and every fleet it simulated."""
@@ -415,12 +427,18 @@ class FleetSearch:
     """One row per simulated fleet: replicas, ttft_p (s), tpot_p (s), meets."""
 
     def meets(self, replicas: int) -> bool:
-        """Whether a simulated fleet of this size met the SLOs (KeyError if not run)."""
+        """Whether a simulated fleet of this size met the SLOs (KeyError if not run; the
+        error is also a ValueError naming ``replicas``)."""
+        replicas = _check.whole("replicas", replicas)
         row = self.trials.loc[self.trials.replicas == replicas]
         if row.empty:
             tried = sorted(self.trials.replicas)
-            raise KeyError(f"replicas={replicas} was not simulated; tried {tried}")
+            raise NotSimulatedError(f"replicas={replicas} was not simulated; tried {tried}")
         return bool(row.meets.iloc[0])
+
+
+MAX_FLEET = 100_000
+"""Largest fleet :func:`smallest_fleet` searches (replicas); every probe simulates it."""
 
 
 def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
@@ -454,6 +472,8 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
         raise ValueError(f"run must be callable (replicas -> DataFrame), got {run!r}")
     lo = _check.whole("lo", lo)
     hi = _check.whole("hi", hi)
+    if hi > MAX_FLEET:
+        raise ValueError(f"hi must be <= {MAX_FLEET} replicas (each is simulated), got {hi!r}")
     if hi < lo:
         raise ValueError(f"hi must be >= lo, got hi={hi!r} < lo={lo!r}")
     ttft_s = _check.positive("ttft_s", ttft_s)
@@ -463,16 +483,18 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
 
     def meets(n: int) -> bool:
         frame = run(n)
-        ttft = latency_quantile(frame, p, "ttft_s")
-        tpot = latency_quantile(frame, p, "tpot_s")
+        with _check.naming("run"):
+            _check.table(f"run({n})", frame, ("ttft_s", "tpot_s", "outcome"))
+            ttft = latency_quantile(frame, p, "ttft_s")
+            tpot = latency_quantile(frame, p, "tpot_s")
         ok = ttft <= ttft_s and tpot <= tpot_s
         rows.append({"replicas": n, "ttft_p": ttft, "tpot_p": tpot, "meets": ok})
         return ok
 
     if not meets(hi):
         raise ValueError(f"hi must be a fleet that meets the SLOs, but hi={hi} misses them "
-                         f"(p{100 * p:g} TTFT {rows[-1]['ttft_p']:.3g} s, "
-                         f"TPOT {rows[-1]['tpot_p']:.3g} s)")
+                         f"(p{100 * p:g} TTFT {rows[-1]['ttft_p']:.3g} s vs ttft_s={ttft_s:g}, "
+                         f"TPOT {rows[-1]['tpot_p']:.3g} s vs tpot_s={tpot_s:g})")
     good, bad = hi, lo - 1
     while good - bad > 1:
         mid = (good + bad) // 2
@@ -499,6 +521,7 @@ class ServingCost:
     """Number of good requests priced."""
 
 
+@_check.guarded
 def serving_cost(replicas: int, good_rate: float, price_per_replica_hour: float,
                  per: int = 1000) -> ServingCost:
     """Replica-hours (and price) per ``per`` requests that met every SLO.

@@ -49,14 +49,17 @@ def _measured(measured) -> dict:
             for b, s in measured.items()}
 
 
+@_check.guarded
 def tokens_per_s(batch, step_s):
     """Decode throughput (tokens/s) of a batch of ``batch`` sequences: ``batch / step_s``.
 
     Each decode step emits one token per sequence, so ``B = 32`` at 30 ms per step is
     32 / 0.030 = 1,067 tokens/s. Scalars give a float, arrays an array.
     """
-    b = np.asarray(batch, dtype=float)
-    s = np.asarray(step_s, dtype=float)
+    b = _check.points("batch", batch)
+    s = _check.points("step_s", step_s)
+    if b.ndim and s.ndim and b.shape != s.shape:
+        raise ValueError(f"batch and step_s must have the same length, got {b.size} and {s.size}")
     if np.ndim(batch) == 0:
         _check.positive("batch", batch)
     elif (b <= 0).any() or not np.isfinite(b).all():
@@ -102,6 +105,7 @@ def batch_curve(measured, tpot_slo_s: float = LOCKED.tpot_slo_s, batches=None) -
                          "goodput_tokens_per_s": np.where(feasible, rate, 0.0)})
 
 
+@_check.guarded
 def best_feasible_batch(measured, tpot_slo_s: float = LOCKED.tpot_slo_s) -> tuple[float, float]:
     """The measured batch size with the most tokens/s whose step meets the objective.
 
@@ -153,7 +157,8 @@ def max_feasible_batch(measured, tpot_slo_s: float = LOCKED.tpot_slo_s) -> float
             return float(x0 + (slo - y0) * (x1 - x0) / (y1 - y0))
     if slope <= 0:
         return math.inf
-    return float(xs[-1] + (slo - ys[-1]) / slope)
+    with np.errstate(over="ignore"):     # past float range: the curve never gets there
+        return float(xs[-1] + (slo - ys[-1]) / slope)
 
 
 def metric_table(requests: pd.DataFrame, duration_s: float, *,
@@ -183,13 +188,17 @@ def metric_table(requests: pd.DataFrame, duration_s: float, *,
         of emitted tokens for the tokens/s row).
     """
     window = _check.positive("duration_s", duration_s)
+    _check.table("requests", requests, minimum=1)
     done = (requests["outcome"] == "done").to_numpy() if "outcome" in requests else None
     if done is None:
         raise ValueError(f"requests is missing column 'outcome'; it has {list(requests.columns)}")
     if "output_tokens" not in requests:
         raise ValueError(
             f"requests is missing column 'output_tokens'; it has {list(requests.columns)}")
-    tokens = float(requests.loc[done, "output_tokens"].sum()) / window
+    emitted = _check.array("requests['output_tokens']",
+                           _check.column(requests, "output_tokens", "requests")[done],
+                           nonnegative_values=True)
+    tokens = float(emitted.sum()) / window
     completed = throughput(requests, window)
     rows = [("tokens/s", tokens, "tokens/s"), ("requests/s", completed, "requests/s"),
             ("TTFT goodput", goodput(requests, window, ttft_s=ttft_s), "requests/s"),
@@ -234,6 +243,8 @@ def load_sweep(rates: Iterable[float], run: Callable, *, ttft_slo_s: float = LOC
         ``ttft_goodput_rps``, ``goodput_rps`` (both objectives), ``attainment``,
         ``ttft_p99_s`` and ``tpot_p99_s``.
     """
+    if isinstance(rates, (str, bytes)) or not hasattr(rates, "__iter__"):
+        raise ValueError(f"rates must be a sequence of arrival rates, got {rates!r}")
     values = [_check.positive("rates", r) for r in rates]
     if not values:
         raise ValueError("rates must not be empty")
@@ -244,8 +255,9 @@ def load_sweep(rates: Iterable[float], run: Callable, *, ttft_slo_s: float = LOC
     rows = []
     for rate in values:
         result = run(rate)
-        both = summarize(result, warmup_fraction=warmup_fraction, ttft_slo_s=ttft_slo_s,
-                         tpot_slo_s=tpot_slo_s)
+        with _check.naming("run"):
+            both = summarize(result, warmup_fraction=warmup_fraction, ttft_slo_s=ttft_slo_s,
+                             tpot_slo_s=tpot_slo_s)
         first = summarize(result, warmup_fraction=warmup_fraction, ttft_slo_s=ttft_slo_s,
                           tpot_slo_s=_UNBOUNDED_TPOT_S)
         frame = result[0] if isinstance(result, tuple) else result
@@ -264,6 +276,7 @@ def load_sweep(rates: Iterable[float], run: Callable, *, ttft_slo_s: float = LOC
     return pd.DataFrame(rows).set_index("offered_rps")
 
 
+@_check.guarded
 def goodput_knee(offered, goodput_rps) -> float:
     """The offered load (requests/s) at which goodput peaks on a sweep grid.
 
@@ -278,6 +291,7 @@ def goodput_knee(offered, goodput_rps) -> float:
     return float(x[int(np.argmax(y))])
 
 
+@_check.guarded
 def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
     """The largest rate whose SLO attainment stays at or above ``target``.
 
@@ -291,9 +305,16 @@ def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
     a = _check.array("attainment", attainment)
     if ((a < 0) | (a > 1)).any():
         raise ValueError(f"attainment must lie in [0, 1], got {attainment!r}")
-    return first_crossing(rates, 1.0 - a, 1.0 - goal)
+    r = _check.array("rates", rates)
+    if r.size != a.size or r.size == 0:
+        raise ValueError(f"rates and attainment must have the same non-zero length, "
+                         f"got {r.size} and {a.size}")
+    if r.size > 1 and (np.diff(r) <= 0).any():
+        raise ValueError(f"rates must be strictly increasing, got {rates!r}")
+    return first_crossing(r, 1.0 - a, 1.0 - goal)
 
 
+@_check.guarded
 def pool_split(gpus: int, prefill_rps: float, decode_rps: float) -> tuple[int, float]:
     """Best integer split of ``gpus`` between a prefill and a decode pool (fluid bound).
 
@@ -307,7 +328,11 @@ def pool_split(gpus: int, prefill_rps: float, decode_rps: float) -> tuple[int, f
     g = _check.whole("gpus", gpus, minimum=2)
     p = _check.positive("prefill_rps", prefill_rps)
     d = _check.positive("decode_rps", decode_rps)
-    best = max(range(1, g), key=lambda n: (min(n * p, (g - n) * d), -n))
+    # min(n p, (g - n) d) rises then falls, peaking at n* = g d / (p + d): only the whole
+    # numbers next to n* can win (bounded cost for any gpus; same answer as trying all).
+    peak = g * d / (p + d)
+    near = {min(g - 1, max(1, k)) for k in range(math.floor(peak) - 1, math.ceil(peak) + 2)}
+    best = max(sorted(near), key=lambda n: (min(n * p, (g - n) * d), -n))
     return best, float(min(best * p, (g - best) * d))
 
 

@@ -50,6 +50,7 @@ def _utilizations(name: str, rho) -> np.ndarray:
     return values
 
 
+@_check.guarded
 def marginal_cost(rho, mean_service: float = 1.0):
     """dW/drho = S / (1 - rho)**2: the M/M/1 mean-response cost of more utilization.
 
@@ -72,6 +73,7 @@ def marginal_cost(rho, mean_service: float = 1.0):
     return float(out[0]) if np.ndim(rho) == 0 else out
 
 
+@_check.guarded
 def mm1_knee(cost_per_point: float = 1.0, point: float = 0.01) -> float:
     """The M/M/1 knee: the utilization where one more ``point`` costs ``cost_per_point`` S.
 
@@ -101,6 +103,7 @@ def mm1_knee(cost_per_point: float = 1.0, point: float = 0.01) -> float:
     return 1.0 - math.sqrt(d / c)
 
 
+@_check.guarded
 def find_knee(utilization, mean_response, mean_service: float,
               cost_per_point: float = 1.0, point: float = 0.01) -> float:
     """The knee of any mean-response curve, by the book's definition, found numerically.
@@ -146,7 +149,8 @@ def find_knee(utilization, mean_response, mean_service: float,
     above = np.flatnonzero(excess >= 0)
     if above.size == 0:
         raise ValueError(
-            f"mean_response never costs {c:g} S per {d:g} of utilization on this grid "
+            f"mean_response never costs cost_per_point={c:g} x mean_service={s:g} s per "
+            f"point={d:g} of utilization on this grid "
             f"(max {float(excess.max() + c):.3g} S at rho={float(rho[np.argmax(excess)]):.3g}); "
             "extend the grid toward 1"
         )
@@ -157,6 +161,7 @@ def find_knee(utilization, mean_response, mean_service: float,
     return float(x0 + (x1 - x0) * (0 - y0) / (y1 - y0))
 
 
+@_check.guarded
 def max_utilization_for_quantile(target: float, p: float = 0.99,
                                  mean_service: float = 1.0) -> float:
     """The highest M/M/1 utilization whose p-quantile response meets ``target``.
@@ -185,12 +190,14 @@ def max_utilization_for_quantile(target: float, p: float = 0.99,
     floor = -math.log1p(-p) * s
     if t <= floor:
         raise ValueError(
-            f"target must exceed the zero-load p{100 * p:g} response -ln(1-p)*S = {floor:.4g} s, "
+            f"target must exceed the zero-load p{100 * p:g} response -ln(1-p)*S = {floor:.4g} s "
+            f"(mean_service={s!r} s), "
             f"got target={t!r}: no utilization meets it"
         )
     return 1.0 - floor / t
 
 
+@_check.guarded
 def headroom_gain(rho, p: float = 0.99, mean_service: float = 1.0,
                   point: float = 0.01):
     """Seconds of p-quantile response bought back by running one ``point`` lower.

@@ -94,11 +94,13 @@ LLAMA_3_1_8B_PARAMS = 8.03e9
 """Llama-3.1-8B parameter count (8.03 billion), as published with the model."""
 
 
+@_check.guarded
 def weights_bytes(params: float, dtype_bytes: float = 2) -> float:
     """Bytes the weights occupy: parameter count x bytes per parameter."""
     return _check.positive("params", params) * _check.positive("dtype_bytes", dtype_bytes)
 
 
+@_check.guarded
 def kv_budget_tokens(memory_bytes: float, bytes_per_token: float, weights_bytes: float = 0.0,
                      reserve_bytes: float = 0.0) -> int:
     """Tokens of KV cache that fit beside the weights (whole tokens, rounded down).
@@ -119,6 +121,7 @@ def kv_budget_tokens(memory_bytes: float, bytes_per_token: float, weights_bytes:
     return int(math.floor(free / per_token))
 
 
+@_check.guarded
 def sequences_that_fit(capacity_tokens: int, sequence_tokens: int, block_tokens: int = 1) -> int:
     """Whole sequences of ``sequence_tokens`` that fit in ``capacity_tokens``.
 
@@ -135,21 +138,25 @@ def sequences_that_fit(capacity_tokens: int, sequence_tokens: int, block_tokens:
 
 
 def _lengths(name: str, tokens) -> np.ndarray:
-    values = np.atleast_1d(_check.array(name, np.atleast_1d(np.asarray(tokens, dtype=float)),
-                                        nonnegative_values=True))
-    bad = values != np.round(values)
+    if isinstance(tokens, (str, bytes)):
+        raise ValueError(f"{name} must be token counts, got {tokens!r}")
+    values = np.atleast_1d(_check.array(name, np.atleast_1d(tokens), nonnegative_values=True))
+    bad = (values != np.round(values)) | (values > _check.MAX_TOKENS)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{name} must be whole numbers of tokens, got {values[i]!r} at index {i}")
+        raise ValueError(f"{name} must be whole numbers of tokens <= {_check.MAX_TOKENS:.0e}, "
+                         f"got {values[i]!r} at index {i}")
     return values.astype(np.int64)
 
 
+@_check.guarded
 def blocks_per_sequence(tokens, block_tokens: int = 16) -> np.ndarray:
     """Blocks a sequence of ``tokens`` tokens occupies under paging: ``ceil(tokens / B)``."""
     block = _check.whole("block_tokens", block_tokens)
     return -(-_lengths("tokens", tokens) // block)
 
 
+@_check.guarded
 def internal_fragmentation(tokens, block_tokens: int = 16) -> np.ndarray:
     """Tokens of slack in each sequence's last block: ``B * ceil(tokens / B) - tokens``.
 
@@ -161,6 +168,7 @@ def internal_fragmentation(tokens, block_tokens: int = 16) -> np.ndarray:
     return -(-lengths // block) * block - lengths
 
 
+@_check.guarded
 def contiguous_reserved(tokens, max_tokens: int) -> np.ndarray:
     """Tokens reserved per sequence by a contiguous allocator: ``max_tokens`` each.
 
@@ -176,11 +184,13 @@ def contiguous_reserved(tokens, max_tokens: int) -> np.ndarray:
     return np.full(lengths.shape, cap, dtype=np.int64)
 
 
+@_check.guarded
 def paged_reserved(tokens, block_tokens: int = 16) -> np.ndarray:
     """Tokens reserved per sequence by a paged allocator: whole blocks, ``B * ceil(tokens / B)``."""
     return blocks_per_sequence(tokens, block_tokens) * _check.whole("block_tokens", block_tokens)
 
 
+@_check.guarded
 def used_fraction(tokens, reserved) -> float:
     """Fraction of reserved KV memory that holds real tokens: ``sum(tokens) / sum(reserved)``."""
     lengths = _lengths("tokens", tokens)
@@ -200,6 +210,12 @@ def used_fraction(tokens, reserved) -> float:
 # --------------------------------------------------------------------------- prefix reuse
 
 
+def _iterable(name: str, value):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of per-request block-id lists, got {value!r}")
+    return value
+
+
 def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -> np.ndarray:
     """Leading prompt blocks of each request already in a prefix cache (blocks).
 
@@ -211,6 +227,7 @@ def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -
     policy of :class:`servingcap.serving.Replica` with ``prefix_cache_blocks``.
     """
     limit = None if cache_blocks is None else _check.whole("cache_blocks", cache_blocks)
+    _iterable("hash_ids", hash_ids)
     cache: OrderedDict = OrderedDict()
     hits = []
     for k, ids in enumerate(hash_ids):
@@ -234,13 +251,17 @@ def prefix_hits(hash_ids: Iterable[Sequence], cache_blocks: int | None = None) -
 
 def hit_rate(hash_ids: Sequence[Sequence], cache_blocks: int | None = None) -> float:
     """Fraction of all prompt blocks served from the prefix cache (see :func:`prefix_hits`)."""
-    ids = list(hash_ids)
+    ids = list(_iterable("hash_ids", hash_ids))
+    for k, h in enumerate(ids):
+        if isinstance(h, (str, bytes)) or not isinstance(h, Sequence | np.ndarray):
+            raise ValueError(f"hash_ids[{k}] must be a sequence of block ids, got {h!r}")
     total = sum(len(h) for h in ids)
     if total == 0:
         raise ValueError("hash_ids must hold at least one block, got none")
     return float(prefix_hits(ids, cache_blocks).sum() / total)
 
 
+@_check.guarded
 def saved_prefill_tokens(hits, prompt_tokens, block_tokens: int = 512) -> np.ndarray:
     """Prefill tokens each request skips: ``min(hits * B, prompt_tokens - 1)``.
 

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 
+@_check.guarded
 def prefill_s(prompt_tokens: float, prefill_rate: float) -> float:
     """Unqueued prefill time (s) of a prompt: ``prompt_tokens / prefill_rate``.
 
@@ -48,6 +49,7 @@ def prefill_s(prompt_tokens: float, prefill_rate: float) -> float:
     return p / rate
 
 
+@_check.guarded
 def ttft_s(prompt_tokens: float, prefill_rate: float, queue_s: float = 0.0) -> float:
     """Time to first token (s): queueing delay plus unqueued prefill.
 
@@ -58,6 +60,7 @@ def ttft_s(prompt_tokens: float, prefill_rate: float, queue_s: float = 0.0) -> f
     return q + prefill_s(prompt_tokens, prefill_rate)
 
 
+@_check.guarded
 def e2e_s(ttft_s: float, output_tokens: int, tpot_s: float) -> float:
     """End-to-end latency (s): ``ttft_s + (output_tokens - 1) * tpot_s``.
 
@@ -78,6 +81,7 @@ def e2e_s(ttft_s: float, output_tokens: int, tpot_s: float) -> float:
     return t + (n - 1) * tpot
 
 
+@_check.guarded
 def stalled_step_s(prompt_tokens: float, prefill_rate: float, decode_step_s: float) -> float:
     """Duration (s) of one engine step that runs a whole prefill next to the decodes.
 
@@ -89,6 +93,7 @@ def stalled_step_s(prompt_tokens: float, prefill_rate: float, decode_step_s: flo
     return t_dec + prefill_s(prompt_tokens, prefill_rate)
 
 
+@_check.guarded
 def amortized_stall_s(prompt_tokens: float, prefill_rate: float, output_tokens: int) -> float:
     """How much one unchunked prefill raises a victim's *mean* TPOT (s).
 
@@ -100,6 +105,7 @@ def amortized_stall_s(prompt_tokens: float, prefill_rate: float, output_tokens: 
     return prefill_s(prompt_tokens, prefill_rate) / n
 
 
+@_check.guarded
 def max_chunk_tokens(tpot_slo_s: float, decode_step_s: float, prefill_rate: float) -> int:
     """Largest prefill chunk (tokens) that keeps a mixed step within the TPOT budget.
 
@@ -119,6 +125,7 @@ def max_chunk_tokens(tpot_slo_s: float, decode_step_s: float, prefill_rate: floa
     return int(math.floor(budget + 1e-9 * max(budget, 1.0)))  # tolerate round-off
 
 
+@_check.guarded
 def chunk_count(prompt_tokens: float, chunk_tokens: float) -> int:
     """Number of engine steps (chunks) a prompt needs: ``ceil(prompt_tokens / chunk_tokens)``."""
     p = _check.nonnegative("prompt_tokens", prompt_tokens)
@@ -127,6 +134,7 @@ def chunk_count(prompt_tokens: float, chunk_tokens: float) -> int:
     return int(math.ceil(ratio - 1e-9 * max(ratio, 1.0)))
 
 
+@_check.guarded
 def chunked_ttft_s(prompt_tokens: float, chunk_tokens: float, prefill_rate: float,
                    decode_step_s: float, queue_s: float = 0.0) -> float:
     """TTFT (s) of a prompt prefilled in chunks, each riding a decode step.
@@ -140,6 +148,7 @@ def chunked_ttft_s(prompt_tokens: float, chunk_tokens: float, prefill_rate: floa
     return ttft_s(prompt_tokens, prefill_rate, queue_s) + steps * t_dec
 
 
+@_check.guarded
 def decode_step_time(batch, measured) -> np.ndarray | float:
     """Decode step time (s) at ``batch`` sequences, interpolated from measurements.
 

@@ -1,24 +1,43 @@
-"""Capacity planning as a workload experiment: replay, search, size.
+"""Capacity planning as a workload experiment: replay, search, size, with intervals.
 
 The closed forms of :mod:`servingcap.fleet` give a first guess; this module checks it
-the way Vidur-Search does, but with the book's simulator, in seconds:
+the way Vidur-Search does, but with the book's simulator, and reports every simulated
+answer as an estimate with its interval (:mod:`servingcap.stats`):
 
-- :func:`capacity_search` finds the largest mean arrival rate (requests/s) at which a
-  workload, replayed through :func:`servingcap.serving.simulate` with its arrivals
-  rescaled to that rate (:func:`servingcap.traffic.rescale_to_rate` keeps the burst
-  shape), still has SLO attainment at or above a target. Bisection between a feasible
-  and an infeasible rate, bracketed automatically from a fluid estimate of capacity.
-- :func:`goodput_curve` simulates a grid of rates and returns throughput, TTFT goodput,
-  TTFT+TPOT goodput, attainment and p99 latencies at each; :func:`curve_knee` reads the
-  capacity (last rate meeting the target) and the goodput peak off that curve.
-- :func:`smallest_fleet` searches replica counts for the smallest fleet meeting the
-  target at one rate, and :func:`plan` strings the steps together (closed-form guess,
-  simulator-confirmed fleet, capacity knee): it is what ``python -m servingcap plan``
+- :func:`evaluate` simulates one (rate, fleet) point as independent replications and
+  returns SLO attainment with a confidence interval, goodput, p99s, the run length
+  after warm-up, the number of replications and a verdict: ``meets`` / ``misses``
+  when the interval excludes the target, ``undecided`` when the replication budget ran
+  out first, ``unstable`` when the runs have no steady state.
+- :func:`capacity_search` finds the largest rate that *meets* (bisection that decides
+  each probe by its interval; the fluid throughput bound caps the bracket);
+  :func:`goodput_curve` evaluates a grid of rates and :func:`curve_knee` reads it.
+- :func:`smallest_fleet` searches replica counts (never below the fluid bound) and
+  :func:`plan` strings the steps together: it is what ``python -m servingcap plan``
   prints.
 
-Every simulation of one search replays the *same* requests, only stretched in time
-(common random numbers), so attainment falls monotonically with rate in practice and
-bisection is safe.
+How a point is simulated (the *design*):
+
+- **Run length.** Each replication simulates ``holds`` hold times (:func:`hold_time`)
+  of traffic at the rate, at least ``min_requests`` requests: long enough to fill and
+  drain every batch many times, whatever the rate (not a fixed request count).
+- **Warm-up.** Every run starts empty; the cut is MSER-5 on the other replications'
+  average TTFT series (:func:`servingcap.stats.warmup_cuts`). Only requests after it
+  count.
+- **Replications and intervals.** ``min(4, budget)`` replications first, then doubling
+  up to ``budget`` while the interval straddles the target. The attainment interval is
+  a Student-t interval across replications (one attainment per replication, since the
+  requests of one run are correlated); a single replication falls back to batch means.
+- **Common random numbers.** Replication *i* uses the same seed (requests, random
+  router) at every fleet size and rate, so sizes and rates are compared on the same
+  traffic. A :class:`PoissonWorkload` draws fresh requests per replication; a fixed
+  request table (a trace) gives replication *i* its *i*-th consecutive block, rescaled
+  to the rate with its burst shape kept (one replication, the whole table, when the
+  table is shorter than one block).
+- **Executors.** The replications of a point run on ``executor`` (see
+  :mod:`servingcap.parallel`): the local process pool by default, ``None`` for this
+  process, any ``concurrent.futures.Executor`` or a Dask ``distributed.Client``. The
+  answer is the same whatever runs it.
 
 Units: rates in requests/s, times in seconds, tokens, replicas.
 """
@@ -27,29 +46,199 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
 
-from . import _check
+from . import _check, parallel, stats
 from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
 from .serving import Replica, StepDetail, check_fleet, simulate
-from .slo import goodput, latency_quantile, slo_attainment
 from .traffic import mean_rate, rescale_to_rate
 
 __all__ = [
-    "CapacityResult", "capacity_search", "evaluate", "fluid_rate", "hold_time",
-    "goodput_curve", "CurveKnee", "curve_knee", "FleetResult", "smallest_fleet",
-    "Plan", "plan", "CURVE_COLUMNS",
+    "Lengths", "PoissonWorkload", "CapacityResult", "capacity_search", "evaluate",
+    "fluid_rate", "hold_time", "slo_floor", "infeasible", "goodput_curve", "CurveKnee", "curve_knee",
+    "FleetResult", "smallest_fleet", "Plan", "plan", "CURVE_COLUMNS", "VERDICTS",
+    "MAX_REQUESTS_PER_RUN",
 ]
 
 CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps",
-                 "attainment", "ttft_p99_s", "tpot_p99_s", "meets")
-"""Columns of :func:`goodput_curve` and of ``CapacityResult.evaluations``."""
+                 "goodput_low", "goodput_high", "attainment", "attainment_low",
+                 "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
+                 "tpot_p99_s", "replications", "run_s", "requests", "warmup_s",
+                 "verdict", "meets")
+"""Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
-_MAX_BRACKET_STEPS = 40     # doublings or halvings allowed while bracketing (a factor 2^40)
+Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
+confidence interval. Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
+*finishing* (and meeting the limits) inside the kept arrival window, from one hold time
+after its start (the batches fill) to its last arrival, per second of it.
+``run_s`` and ``requests`` are the simulated seconds and requests per replication
+*after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
+:data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
+
+VERDICTS = ("meets", "misses", "undecided", "unstable")
+"""``meets``/``misses``: the attainment interval is above/below the target;
+``undecided``: it still straddles the target after the replication budget;
+``unstable``: at least half the replications have no steady state
+(:func:`servingcap.stats.steady_state` on each run's TTFT series and on its series of
+SLO misses), so no attainment is claimed."""
+
+MAX_REQUESTS_PER_RUN = 2_000_000
+"""Largest replication simulated (requests): larger runs are refused, not attempted."""
+
+_MAX_BRACKET_STEPS = 40     # halvings allowed while bracketing a capacity (a factor 2^40)
+_REFERENCE_REQUESTS = 20_000   # requests drawn from a PoissonWorkload to read its means
+_MIN_SERIES = 200           # shorter runs get no warm-up cut, verdict or interval
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+_DISTRIBUTIONS = {
+    "fixed": ("value",),
+    "exponential": ("mean",),
+    "lognormal": ("mean", "cv"),
+    "gamma": ("mean", "cv"),
+    "uniform": ("low", "high"),
+}
+_CV_RANGE = (1e-3, 100.0)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A token-length distribution: ``fixed`` (value), ``exponential`` (mean),
+    ``lognormal`` / ``gamma`` (mean, cv), ``uniform`` (low, high); tokens.
+
+    Samples are rounded to whole tokens >= 1. The coefficient of variation ``cv`` must
+    lie in [0.001, 100] (use ``fixed`` for constant lengths).
+    """
+
+    kind: str
+    params: Mapping
+
+    def __post_init__(self):
+        if self.kind not in _DISTRIBUTIONS:
+            raise ValueError(f"kind must be one of {', '.join(_DISTRIBUTIONS)}, got {self.kind!r}")
+        keys = _DISTRIBUTIONS[self.kind]
+        if not isinstance(self.params, Mapping) or set(self.params) != set(keys):
+            raise ValueError(f"params of {self.kind} must be exactly {', '.join(keys)}, "
+                             f"got {self.params!r}")
+        clean = {}
+        for key in keys:
+            value = self.params[key]
+            clean[key] = (_check.nonnegative(key, value) if key == "low"
+                          else _check.positive(key, value))
+        if "cv" in clean and not _CV_RANGE[0] <= clean["cv"] <= _CV_RANGE[1]:
+            raise ValueError(f"cv must be between {_CV_RANGE[0]:g} and {_CV_RANGE[1]:g} "
+                             f"(use fixed for constant lengths), got {clean['cv']!r}")
+        if self.kind == "fixed" and (clean["value"] < 1 or not clean["value"].is_integer()):
+            raise ValueError(f"value must be a whole number of tokens >= 1, got {clean['value']!r}")
+        if self.kind == "uniform" and not clean["low"] < clean["high"]:
+            raise ValueError(f"low must be < high, got low={clean['low']!r}, high={clean['high']!r}")
+        object.__setattr__(self, "params", clean)
+
+    @property
+    def mean(self) -> float:
+        """Mean before rounding (tokens)."""
+        p = self.params
+        return p["value"] if self.kind == "fixed" else (
+            0.5 * (p["low"] + p["high"]) if self.kind == "uniform" else p["mean"])
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` whole token counts >= 1 (int64) drawn with ``rng``."""
+        p = self.params
+        if self.kind == "fixed":
+            x = np.full(n, p["value"])
+        elif self.kind == "exponential":
+            x = rng.exponential(p["mean"], n)
+        elif self.kind == "lognormal":
+            sigma2 = math.log1p(p["cv"] ** 2)
+            x = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), n)
+        elif self.kind == "gamma":
+            shape = 1.0 / p["cv"] ** 2
+            x = rng.gamma(shape, p["mean"] / shape, n)
+        else:
+            x = rng.uniform(p["low"], p["high"], n)
+        return np.maximum(1, np.round(x)).astype(np.int64)
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed {self.params['value']:g} tokens"
+        inner = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        return f"{self.kind} ({inner}) tokens"
+
+
+def _lengths(name: str, value) -> Lengths:
+    if isinstance(value, Lengths):
+        return value
+    return Lengths("fixed", {"value": _check.whole(name, value)})
+
+
+@dataclass(frozen=True)
+class PoissonWorkload:
+    """Poisson arrivals with independent prompt and output lengths (tokens).
+
+    ``prompt`` and ``output`` are :class:`Lengths` or a whole number of tokens. Each
+    replication draws its own requests from its seed; a replication's requests at a
+    higher rate are the same draws with the gaps shrunk (common random numbers).
+    """
+
+    prompt: Lengths | int
+    output: Lengths | int
+
+    def __post_init__(self):
+        object.__setattr__(self, "prompt", _lengths("prompt", self.prompt))
+        object.__setattr__(self, "output", _lengths("output", self.output))
+
+    def sample(self, rate: float, n: int, seed: np.random.SeedSequence) -> pd.DataFrame:
+        """``n`` requests at ``rate`` requests/s drawn from ``seed`` (first arrival after
+        one gap): ``arrival_s``, ``prompt_tokens``, ``output_tokens``."""
+        def stream(j):
+            return np.random.default_rng(np.random.SeedSequence(
+                seed.entropy, spawn_key=(*seed.spawn_key, j)))
+        gaps = stream(0).exponential(1.0, n)
+        return pd.DataFrame({"arrival_s": np.cumsum(gaps) / rate,
+                             "prompt_tokens": self.prompt.sample(n, stream(1)),
+                             "output_tokens": self.output.sample(n, stream(2))})
+
+    def __str__(self) -> str:
+        return f"Poisson arrivals; prompts {self.prompt}; outputs {self.output}"
+
+
+class _Trace:
+    """A fixed request table; replication i is its i-th block of n rows, rescaled."""
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+
+    def blocks(self, n: int) -> int:
+        return max(1, len(self.frame) // n)
+
+    def sample(self, rate: float, n: int, index: int) -> pd.DataFrame:
+        if len(self.frame) < n:
+            block = self.frame
+        else:
+            block = self.frame.iloc[index * n:(index + 1) * n]
+        block = rescale_to_rate(block, rate)
+        return block.assign(arrival_s=block["arrival_s"] - block["arrival_s"].iloc[0])
+
+
+def _source(requests):
+    """(source, reference table for means) from a request table or a PoissonWorkload."""
+    if isinstance(requests, PoissonWorkload):
+        ref = requests.sample(1.0, _REFERENCE_REQUESTS, np.random.SeedSequence(0))
+        return requests, ref
+    frame = _workload(requests)
+    return _Trace(frame), frame
+
+
+def _workload(requests) -> pd.DataFrame:
+    _check.requests(requests, minimum=2)  # a rate needs at least one gap
+    mean_rate(requests)     # raises if every arrival is at the same instant
+    return requests
 
 
 # --------------------------------------------------------------------------- validation
@@ -73,17 +262,10 @@ def _limits(limits) -> dict:
     return clean
 
 
-def _workload(requests) -> pd.DataFrame:
-    _check.requests(requests, minimum=2)  # a rate needs at least one gap
-    mean_rate(requests)     # raises if every arrival is at the same instant
-    return requests
-
-
-def _options(replica, replicas, router, policy, seed) -> dict:
-    n = check_fleet(replica, replicas, router, policy)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise ValueError(f"seed must be an int or None, got {seed!r}")
-    return {"replicas": n, "router": router, "policy": policy, "seed": seed}
+def _seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    return int(seed)
 
 
 def _target(target) -> float:
@@ -93,61 +275,58 @@ def _target(target) -> float:
     return value
 
 
-# --------------------------------------------------------------------------- one run
+@dataclass(frozen=True)
+class _Design:
+    """How each point is simulated (validated once per call)."""
+
+    confidence: float
+    budget: int
+    holds: float
+    min_requests: int
+    seed: int
+    executor: object
+
+    @property
+    def initial(self) -> int:
+        return min(4, self.budget)
 
 
-def _summary(out: pd.DataFrame, rate: float, limits: dict, target: float) -> dict:
-    """One row of an evaluation table from a simulate() output."""
-    start = float(out["arrival_s"].min())
-    end = float(out["arrival_s"].max())
-    last = out["finish_s"].max()
-    if pd.notna(last):
-        end = max(end, float(last))
-    span = end - start
-    attainment = slo_attainment(out, **limits)
-    ttft_limits = {k: v for k, v in limits.items() if k == "ttft_s"}
-    return {
-        "rate_rps": rate,
-        "throughput_rps": float((out["outcome"] == "done").sum()) / span,
-        "ttft_goodput_rps": goodput(out, span, **ttft_limits),
-        "goodput_rps": goodput(out, span, **limits),
-        "attainment": attainment,
-        "ttft_p99_s": latency_quantile(out, 0.99, "ttft_s"),
-        "tpot_p99_s": _tpot_p99(out),
-        "meets": bool(attainment >= target),
-    }
+def _design(confidence, budget, holds, min_requests, seed, executor) -> _Design:
+    conf = _check.probability("confidence", confidence)
+    parallel.resolve(executor)              # raises ValueError naming executor
+    return _Design(confidence=conf, budget=_check.whole("budget", budget),
+                   holds=_check.positive("holds", holds),
+                   min_requests=_check.whole("min_requests", min_requests, minimum=100),
+                   seed=_seed(seed), executor=executor)
 
 
-def _tpot_p99(out: pd.DataFrame) -> float:
-    try:
-        return latency_quantile(out, 0.99, "tpot_s")
-    except ValueError:       # every answer was one token long: TPOT is undefined
-        return math.nan
+@dataclass(frozen=True)
+class _Setup:
+    """Everything fixed across the points of one search."""
+
+    source: object
+    ref: pd.DataFrame
+    replica: Replica
+    router: str
+    policy: str
+    limits: dict
+    target: float
+    design: _Design
+    hold_s: float
 
 
-def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
-             router: str = "least_loaded", policy: str = "fcfs", limits=None,
-             target: float = 0.99, seed=0) -> dict:
-    """Simulate ``requests`` rescaled to ``rate`` and summarize against the limits.
-
-    Returns a dict with the :data:`CURVE_COLUMNS`: ``rate_rps``, ``throughput_rps``
-    (completed requests/s), ``ttft_goodput_rps`` (done within the TTFT limit, per s),
-    ``goodput_rps`` (done within every limit, per s), ``attainment`` (fraction of all
-    requests meeting every limit), ``ttft_p99_s``, ``tpot_p99_s`` (failures count as
-    ``inf``) and ``meets`` (attainment >= target). Rates are per second of the window
-    from the first arrival to the last arrival or finish, whichever is later.
-    """
-    frame = _workload(requests)
-    opts = _options(replica, replicas, router, policy, seed)
-    lim = _limits(limits)
-    goal = _target(target)
-    lam = _check.positive("rate", rate)
-    return _run(frame, replica, lam, opts, lim, goal)
+def _setup(requests, replica, router, policy, limits, target, design) -> _Setup:
+    source, ref = _source(requests)
+    check_fleet(replica, 1, router, policy)
+    return _Setup(source=source, ref=ref, replica=replica, router=router, policy=policy,
+                  limits=_limits(limits), target=_target(target), design=design,
+                  hold_s=_hold(ref, replica))
 
 
-def _run(frame, replica, rate, opts, limits, target) -> dict:
-    out = simulate(rescale_to_rate(frame, rate), replica, **opts)
-    return _summary(out, rate, limits, target)
+def _progress(progress):
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}")
+    return progress
 
 
 # --------------------------------------------------------------------------- fluid
@@ -157,11 +336,25 @@ def _mean_tokens(frame: pd.DataFrame) -> tuple[float, float]:
     return float(frame["prompt_tokens"].mean()), float(frame["output_tokens"].mean())
 
 
-def _step_cost(replica: Replica, prefill: float, decode_batch: int, context: float) -> float:
+def _step_cost(replica: Replica, prefill: float, decode_batch: int, context: float,
+               cached: float = 0.0) -> float:
     chunks = np.array([prefill]) if prefill > 0 else np.array([], dtype=float)
-    detail = StepDetail(prefill_chunks=chunks, prefill_cached=np.zeros(chunks.size),
+    detail = StepDetail(prefill_chunks=chunks, prefill_cached=np.full(chunks.size, cached),
                         decode_context=np.full(decode_batch, context))
     return replica.cost(detail)
+
+
+def _replica(replica) -> Replica:
+    if not isinstance(replica, Replica):
+        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
+    return replica
+
+
+def _hold(frame: pd.DataFrame, replica: Replica) -> float:
+    prompt, output = _mean_tokens(frame)
+    prefill = _step_cost(replica, prompt, 0, 0.0)
+    step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
+    return prefill + output * step
 
 
 def hold_time(requests, replica: Replica) -> float:
@@ -169,34 +362,342 @@ def hold_time(requests, replica: Replica) -> float:
 
     Prefill of the mean prompt plus the mean output's decode steps at ``max_batch``
     sequences, from the replica's own cost model. With the book's locked numbers:
-    2,000 / 8,000 + 300 x 0.030 = 9.25 s.
+    2,000 / 8,000 + 300 x 0.030 = 9.25 s. ``requests`` is a request table or a
+    :class:`PoissonWorkload` (its means are read off 20,000 draws).
     """
-    frame = _workload(requests)
-    if not isinstance(replica, Replica):
-        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
-    prompt, output = _mean_tokens(frame)
-    prefill = _step_cost(replica, prompt, 0, 0.0)
-    step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
-    return prefill + output * step
+    _, ref = _source(requests)
+    return _hold(ref, _replica(replica))
 
 
-def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
-    """Fluid capacity estimate (requests/s): GPU time per request at a full batch.
-
-    Each request costs its prefill plus ``output_tokens - 1`` decode steps shared with
-    ``max_batch - 1`` others, so a replica completes ``1 / (prefill + (N - 1) * step /
-    max_batch)`` requests per second when it is never idle. Queueing and SLOs are
-    ignored: it is an upper-bound first guess that :func:`capacity_search` starts from.
-    """
-    frame = _workload(requests)
-    if not isinstance(replica, Replica):
-        raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
-    n = _check.whole("replicas", replicas)
+def _fluid(frame: pd.DataFrame, replica: Replica, replicas: int) -> float:
     prompt, output = _mean_tokens(frame)
     prefill = _step_cost(replica, prompt, 0, 0.0)
     step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
     per_request = prefill + max(output - 1.0, 0.0) * step / replica.max_batch
-    return n / per_request
+    return replicas / per_request
+
+
+def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
+    """Fluid throughput bound (requests/s): GPU time per request at a full batch.
+
+    Each request costs its prefill plus ``output_tokens - 1`` decode steps shared with
+    ``max_batch - 1`` others, so a replica completes ``1 / (prefill + (N - 1) * step /
+    max_batch)`` requests per second when it is never idle. Queueing and SLOs are
+    ignored: no fleet carries more, so a fleet whose bound is below the arrival rate is
+    overloaded and is never simulated or recommended.
+    """
+    _, ref = _source(requests)
+    return _fluid(ref, _replica(replica), _check.whole("replicas", replicas))
+
+
+def _fluid_min(ref, replica, rate) -> int:
+    """Fewest replicas whose fluid bound exceeds ``rate``."""
+    return math.floor(rate / _fluid(ref, replica, 1)) + 1
+
+
+def _seconds(limit) -> bool:
+    """True for a numeric limit (seconds), False for None or a boolean column flag."""
+    return isinstance(limit, float)
+
+
+_EXACT_CHUNKS = 1_000       # idle prefill is summed chunk by chunk up to this many chunks
+
+
+def _idle_prefill(replica: Replica, prompt: int) -> float:
+    """Seconds to prefill ``prompt`` tokens alone on ``replica``, chunk by chunk.
+
+    The default cost model charges ``tokens / prefill_rate`` per step, so the sum is
+    ``prompt / prefill_rate`` however it is chunked. A custom ``step_time`` is summed
+    exactly (each chunk at its cached context) up to 1,000 chunks; beyond that the full
+    chunks are costed at an evenly spaced sample of 1,000 positions (bounded time).
+    """
+    if replica.step_time is None:
+        return prompt / replica.prefill_rate
+    chunk = replica.chunk_tokens or prompt
+    full, rest = divmod(prompt, chunk)
+    weight = 1.0
+    if full > _EXACT_CHUNKS:
+        weight = full / _EXACT_CHUNKS
+        starts = np.linspace(0, full - 1, _EXACT_CHUNKS).astype(np.int64) * chunk
+    else:
+        starts = np.arange(full, dtype=np.int64) * chunk
+    total = weight * sum(_step_cost(replica, chunk, 0, 0.0, cached=float(a))
+                         for a in starts.tolist())
+    if rest:
+        total += _step_cost(replica, rest, 0, 0.0, cached=float(full * chunk))
+    return total
+
+
+def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
+    """Each request's latency on an idle replica: the floor no fleet size can lower.
+
+    Returns one row per request (of the table, or of 20,000 draws of a
+    :class:`PoissonWorkload`): ``ttft_s`` (prefill alone, chunk by chunk with chunked
+    prefill), ``tpot_s`` (one decode step with the batch to itself) and ``meets``
+    (within ``limits``; only ``ttft_s`` and ``tpot_s`` limits are checked here).
+    """
+    _, ref = _source(requests)
+    rep = _replica(replica)
+    lim = _limits(limits)
+    prompts = ref["prompt_tokens"].to_numpy(dtype=np.int64)
+    outputs = ref["output_tokens"].to_numpy(dtype=np.int64)
+    idle = {p: _idle_prefill(rep, p) for p in np.unique(prompts).tolist()}
+    ttft = np.array([idle[p] for p in prompts.tolist()])
+    tpot = np.array([_step_cost(rep, 0.0, 1, float(p)) if o > 1 else 0.0
+                     for p, o in zip(prompts.tolist(), outputs.tolist(), strict=True)])
+    meets = np.ones(len(ref), dtype=bool)
+    if _seconds(lim.get("ttft_s")):
+        meets &= ttft <= lim["ttft_s"]
+    if _seconds(lim.get("tpot_s")):
+        meets &= (outputs <= 1) | (tpot <= lim["tpot_s"])
+    return pd.DataFrame({"prompt_tokens": prompts, "ttft_s": ttft, "tpot_s": tpot,
+                         "meets": meets})
+
+
+def infeasible(requests, replica: Replica, limits=None, target: float = 0.99
+               ) -> tuple[str, str] | None:
+    """Why no fleet size can meet ``target``, or None if an idle replica can.
+
+    Checked from :func:`slo_floor` without simulating: when more than ``1 - target`` of
+    the requests miss the limits even alone on a replica, adding replicas cannot help.
+    Returns ``(column, reason)``: the limit's column (``"ttft_s"``, ``"tpot_s"`` or
+    ``""`` for the two together) and a one-line reason, e.g. ``"p99 prompt (9790
+    tokens) needs 1.22 s of prefill on an idle replica > TTFT limit 1 s"``.
+    """
+    goal = _target(target)
+    lim = _limits(limits)
+    floor = slo_floor(requests, replica, lim)
+    miss = 1.0 - float(floor["meets"].mean())
+    if miss <= 1.0 - goal:
+        return None
+    q = f"p{100 * goal:g}"
+    ttft_lim, tpot_lim = lim.get("ttft_s"), lim.get("tpot_s")
+    if _seconds(ttft_lim) and (floor["ttft_s"] > ttft_lim).mean() > 1 - goal:
+        need = float(np.quantile(floor["ttft_s"], goal, method="inverted_cdf"))
+        tokens = float(np.quantile(floor["prompt_tokens"], goal, method="inverted_cdf"))
+        return "ttft_s", (f"{q} prompt ({tokens:.0f} tokens) needs {need:.3g} s of prefill "
+                          f"on an idle replica > TTFT limit {ttft_lim:g} s")
+    if _seconds(tpot_lim) and (floor["tpot_s"] > tpot_lim).mean() > 1 - goal:
+        step = float(np.quantile(floor["tpot_s"], goal, method="inverted_cdf"))
+        return "tpot_s", (f"a decode step alone takes {step:.3g} s > TPOT limit "
+                          f"{tpot_lim:g} s")
+    return "", (f"{miss:.2%} of requests miss the limits on an idle replica, more than "
+                f"the {1 - goal:.2%} the target allows")
+
+
+def _check_feasible(s: _Setup) -> None:
+    """Raise (before any simulation) when idle-replica latency already misses the target."""
+    found = infeasible(s.ref, s.replica, s.limits, s.target)
+    if found is not None:
+        raise ValueError(f"no fleet can meet the target {s.target:g}: {found[1]}")
+
+
+# --------------------------------------------------------------------------- one point
+
+
+class _ReplicaSpec:
+    """A picklable recipe for a Replica (its init fields), rebuilt in the worker."""
+
+    def __init__(self, replica: Replica):
+        self.kwargs = {f.name: getattr(replica, f.name) for f in fields(replica) if f.init}
+
+    def build(self) -> Replica:
+        return Replica(**self.kwargs)
+
+
+def _run_one(task) -> dict:
+    """One replication (module level, so process pools and Dask can run it)."""
+    source, spec, rate, n, index, seed, replicas, router, policy, limits = task
+    if isinstance(source, PoissonWorkload):
+        frame = source.sample(rate, n, seed)
+    else:
+        frame = source.sample(rate, n, index)
+    router_seed = int(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 3))
+                      .generate_state(1)[0])
+    replica = spec.build() if isinstance(spec, _ReplicaSpec) else spec
+    out = simulate(frame, replica, replicas=replicas, router=router, policy=policy,
+                   seed=router_seed)
+    order = np.argsort(out["arrival_s"].to_numpy(), kind="stable")
+    out = out.iloc[order]
+    done = (out["outcome"] == "done").to_numpy()
+    ttft = out["ttft_s"].to_numpy(dtype=float)
+    ok_ttft = done.copy()
+    ok_all = done.copy()
+    for column, limit in limits.items():
+        values = out[column].to_numpy(dtype=float)
+        within = np.isnan(values) | (values <= limit) if limit is not True else values.astype(bool)
+        if column == "ttft_s":
+            ok_ttft &= within
+        ok_all &= within
+    return {"arrival": out["arrival_s"].to_numpy(dtype=float),
+            "finish": out["finish_s"].to_numpy(dtype=float),
+            "ttft": np.where(done, ttft, np.inf),
+            "tpot": np.where(done, out["tpot_s"].to_numpy(dtype=float), np.inf),
+            "ok": ok_all, "ok_ttft": ok_ttft}
+
+
+def _p99(values: np.ndarray) -> float:
+    finite = values[~np.isnan(values)]
+    return float(np.quantile(finite, 0.99, method="inverted_cdf")) if finite.size else math.nan
+
+
+def _signal(run: dict) -> np.ndarray:
+    """TTFT in arrival order with failures at the run's worst finite TTFT (for MSER)."""
+    t = run["ttft"]
+    finite = t[np.isfinite(t)]
+    return np.where(np.isfinite(t), t, finite.max() if finite.size else 0.0)
+
+
+def _steady(run: dict, s: _Setup) -> bool:
+    """Steady-state verdict of one replication on two signals: TTFT (movement measured
+    against the TTFT limit, or the mean TTFT without one) and the per-request miss
+    indicator (movement measured against the miss fraction the target allows). A
+    synchronizing router shows as misses that keep rising along the run; an overloaded
+    fleet as TTFT that keeps rising."""
+    limit = s.limits.get("ttft_s")
+    ttft = stats.steady_state(_signal(run), scale=limit if _seconds(limit) else None)
+    allowed = max(1.0 - s.target, 1e-3)
+    misses = stats.steady_state((~run["ok"]).astype(float), scale=allowed)
+    return ttft.steady and misses.steady
+
+
+def _interval(values, confidence) -> stats.Estimate:
+    finite = np.asarray(values, dtype=float)
+    if not np.isfinite(finite).all():
+        v = float(np.mean(finite))
+        return stats.Estimate(v, v, v, confidence, finite.size, "not finite")
+    return stats.mean_ci(finite, confidence)
+
+
+def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
+    """The evaluation row from replications (warm-up cut, intervals, verdict)."""
+    conf = s.design.confidence
+    short = min(r["arrival"].size for r in runs) < _MIN_SERIES
+    cuts = [0] * len(runs) if short else stats.warmup_cuts([_signal(r) for r in runs])
+    per = []
+    for run, cut in zip(runs, cuts, strict=True):
+        cut = min(cut, run["arrival"].size - 2)
+        start, end = run["arrival"][cut], run["arrival"][-1]
+        # departures in the kept arrival window, after one hold time for the batches to
+        # fill (a run starts empty): in steady state they match arrivals, and an
+        # overloaded run cannot count more than it served
+        first = start + s.hold_s if end - start > 2 * s.hold_s else start
+        span = max(end - first, 1e-12)
+        out = np.nan_to_num(run["finish"], nan=np.inf)
+        inside = (out >= first) & (out <= end) & np.isfinite(run["ttft"])
+        ok = run["ok"][cut:]
+        per.append({"attainment": float(ok.mean()),
+                    "goodput": float((run["ok"] & inside).sum()) / span,
+                    "ttft_goodput": float((run["ok_ttft"] & inside).sum()) / span,
+                    "throughput": float(inside.sum()) / span,
+                    "ttft_p99": _p99(run["ttft"][cut:]),
+                    "tpot_p99": _p99(np.where(np.isnan(run["tpot"][cut:]), np.nan,
+                                              run["tpot"][cut:])),
+                    "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
+                    "warmup_s": float(start - run["arrival"][0]),
+                    "steady": short or _steady(run, s)})
+    table = pd.DataFrame(per)
+    if len(runs) >= 2:
+        attain = stats.mean_ci(table["attainment"], conf)
+    else:
+        cut = min(cuts[0], runs[0]["arrival"].size - 2)
+        kept = runs[0]["ok"][cut:].astype(float)
+        attain = (stats.mean_ci([kept.mean()], conf) if short       # no interval: undecided
+                  else stats.batch_means_ci(kept, conf))
+    good = _interval(table["goodput"], conf)
+    ttft = _interval(table["ttft_p99"], conf)
+    unstable = (~table["steady"]).sum() * 2 >= len(runs)
+    verdict = "unstable" if unstable else attain.decide(s.target)
+    return {"rate_rps": rate, "throughput_rps": float(table["throughput"].mean()),
+            "ttft_goodput_rps": float(table["ttft_goodput"].mean()),
+            "goodput_rps": good.value, "goodput_low": good.low, "goodput_high": good.high,
+            "attainment": attain.value, "attainment_low": max(attain.low, 0.0),
+            "attainment_high": min(attain.high, 1.0), "ttft_p99_s": ttft.value,
+            "ttft_p99_low": ttft.low, "ttft_p99_high": ttft.high,
+            "tpot_p99_s": float(table["tpot_p99"].mean()), "replications": len(runs),
+            "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
+            "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,
+            "meets": verdict == "meets"}
+
+
+def _run_length(s: _Setup, rate: float) -> int:
+    """Requests per replication: ``holds`` hold times at ``rate``, >= ``min_requests``."""
+    n = max(s.design.min_requests, math.ceil(rate * s.design.holds * s.hold_s))
+    if n > MAX_REQUESTS_PER_RUN:
+        raise ValueError(
+            f"rate {rate:.4g} req/s needs {n:,} requests per replication ({s.design.holds:g} "
+            f"hold times of {s.hold_s:.3g} s), above the limit of {MAX_REQUESTS_PER_RUN:,}; "
+            "plan for a lower rate (a fleet is linear in the rate well past the knee)")
+    return n
+
+
+def _point(s: _Setup, rate: float, replicas: int) -> dict:
+    """Evaluate (rate, replicas): replications until the interval decides or the budget
+    (or a trace's blocks) runs out."""
+    n = _run_length(s, rate)
+    design = s.design
+    available = design.budget
+    if isinstance(s.source, _Trace):
+        blocks = s.source.blocks(n)
+        available = min(available, blocks)
+        n = min(n, len(s.source.frame))
+    seeds = stats.replication_seeds(design.seed, design.budget)
+    spec = _ReplicaSpec(s.replica)
+    runs: list[dict] = []
+    want = min(design.initial, available)
+    while True:
+        tasks = [(s.source, spec, rate, n, i, seeds[i], replicas, s.router, s.policy, s.limits)
+                 for i in range(len(runs), want)]
+        runs += parallel.run_all(_run_one, tasks, design.executor)
+        row = _summarize(runs, s, rate)
+        if row["verdict"] != "undecided" or len(runs) >= available:
+            return row
+        want = min(available, 2 * len(runs))
+
+
+def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
+             router: str = "least_loaded", policy: str = "fcfs", limits=None,
+             target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
+             holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO) -> dict:
+    """Simulate ``requests`` at ``rate`` on ``replicas`` replicas, as replications.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame or PoissonWorkload
+        A request table (``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least
+        two rows), rescaled to ``rate`` block by block, or a workload to draw from.
+    replica : Replica
+        The replica model (its cost model and scheduling mode).
+    replicas, router, policy
+        Passed to :func:`servingcap.serving.simulate` (any router or policy it knows).
+    limits : mapping, optional
+        Output column -> limit (s) each request must meet (default: the locked
+        ``{"ttft_s": 1.0, "tpot_s": 0.05}``); failures always miss.
+    target : float
+        Attainment to reach, in (0, 1].
+    seed : int
+        Root of the replications' seeds (:func:`servingcap.stats.replication_seeds`).
+    confidence : float
+        Level of every interval, in (0, 1).
+    budget : int
+        Most replications at the point, >= 1.
+    holds : float
+        Simulated span per replication, in hold times (:func:`hold_time`).
+    min_requests : int
+        Fewest requests per replication (>= 100), for low rates.
+    executor
+        Runs the replications: ``"auto"``, ``None``, an Executor or a Dask Client.
+
+    Returns
+    -------
+    dict
+        The :data:`CURVE_COLUMNS`: estimates with interval ends, replications, run
+        length after warm-up, and the verdict.
+    """
+    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    s = _setup(requests, replica, router, policy, limits, target, design)
+    n = check_fleet(replica, replicas, router, policy)
+    return _point(s, _check.positive("rate", rate), n)
 
 
 # --------------------------------------------------------------------------- search
@@ -204,104 +705,95 @@ def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
 
 @dataclass(frozen=True)
 class CapacityResult:
-    """Largest arrival rate meeting the SLO target, and every rate simulated to find it."""
+    """Largest arrival rate shown to meet the SLO target, and every rate simulated."""
 
     rate: float
-    """Largest rate found that meets the target (requests/s); 0.0 if none does."""
+    """Largest rate whose attainment interval lies at or above the target (requests/s);
+    0.0 if none does."""
     attainment: float
-    """SLO attainment at ``rate`` (fraction of all requests meeting every limit)."""
+    """Estimated SLO attainment at ``rate`` (mean over replications)."""
     target: float
     """The attainment target the search used."""
     replicas: int
     """Replicas simulated."""
     limits: dict
     """The limits (column -> seconds) a request had to meet."""
+    fluid: float
+    """The fleet's fluid throughput bound (requests/s): the bracket's ceiling, never
+    simulated."""
     evaluations: pd.DataFrame = field(repr=False)
-    """One row per rate tried, in the order tried (:data:`CURVE_COLUMNS`)."""
+    """One row per rate simulated, in the order tried (:data:`CURVE_COLUMNS`)."""
 
     @property
     def upper(self) -> float:
-        """Smallest rate tried that misses the target (requests/s): the bracket's top."""
-        misses = self.evaluations.loc[~self.evaluations["meets"], "rate_rps"]
-        return float(misses.min()) if len(misses) else math.inf
+        """Smallest rate tried that was not shown to meet (requests/s), or the fluid bound."""
+        rows = self.evaluations.loc[~self.evaluations["meets"], "rate_rps"]
+        return float(rows.min()) if len(rows) else self.fluid
 
     @property
     def at_rate(self) -> pd.Series:
-        """The evaluation row at :attr:`rate` (goodput, p99s, ...)."""
+        """The evaluation row at :attr:`rate` (goodput, p99s, intervals, ...)."""
         rows = self.evaluations.loc[self.evaluations["rate_rps"] == self.rate]
         return rows.iloc[-1]
+
+    @property
+    def undecided(self) -> list[float]:
+        """Rates whose interval still straddled the target after the budget."""
+        table = self.evaluations
+        return table.loc[table["verdict"] == "undecided", "rate_rps"].tolist()
 
     def __str__(self) -> str:
         limits = ", ".join(f"{k} <= {v:g} s" if v is not True else k
                            for k, v in self.limits.items())
         if self.rate == 0:
             return (f"no rate meets {self.target:.1%} attainment of ({limits}) on "
-                    f"{self.replicas} replica(s); {len(self.evaluations)} simulations")
+                    f"{self.replicas} replica(s); {len(self.evaluations)} points simulated")
         row = self.at_rate
         tpot = "n/a" if math.isnan(row["tpot_p99_s"]) else f"{row['tpot_p99_s']:.3g} s"
-        return (f"capacity {self.rate:.4g} req/s on {self.replicas} replica(s): "
-                f"attainment {self.attainment:.2%} >= {self.target:.1%} of ({limits}); "
-                f"p99 TTFT {row['ttft_p99_s']:.3g} s, p99 TPOT {tpot}, "
-                f"goodput {row['goodput_rps']:.4g} req/s; misses at {self.upper:.4g} req/s "
-                f"({len(self.evaluations)} simulations)")
+        return (f"capacity {self.rate:.4g} req/s on {self.replicas} replica(s): attainment "
+                f"{self.attainment:.2%} ({row['attainment_low']:.2%} to "
+                f"{row['attainment_high']:.2%}) >= {self.target:.1%} of ({limits}); "
+                f"p99 TTFT {row['ttft_p99_s']:.3g} s, p99 TPOT {tpot}, goodput "
+                f"{row['goodput_rps']:.4g} req/s; not shown at {self.upper:.4g} req/s "
+                f"({len(self.evaluations)} points, {int(self.evaluations['replications'].sum())} "
+                "replications)")
 
 
 def capacity_search(requests, replica: Replica, *, replicas: int = 1,
                     router: str = "least_loaded", policy: str = "fcfs", limits=None,
                     target: float = 0.99, lo: float | None = None, hi: float | None = None,
-                    rtol: float = 0.02, seed=0, progress: Callable | None = None
-                    ) -> CapacityResult:
-    """The largest mean arrival rate (requests/s) whose SLO attainment meets ``target``.
+                    rtol: float = 0.02, seed=0, confidence: float = 0.95, budget: int = 16,
+                    holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
+                    progress: Callable | None = None) -> CapacityResult:
+    """The largest mean arrival rate (requests/s) shown to meet ``target``.
 
-    The workload is replayed through :func:`servingcap.serving.simulate` with its
-    arrivals rescaled to each candidate rate by :func:`servingcap.traffic.rescale_to_rate`
-    (same burst shape, same requests). A rate *meets* when
-    ``slo.slo_attainment(out, **limits) >= target`` over every request (rejected and
-    unfinished ones count as misses). Bisection between a meeting ``lo`` and a missing
-    ``hi`` until ``hi - lo <= rtol * hi``; the answer is the last meeting rate, so it
-    errs low by at most ``rtol``.
+    Each probe is an :func:`evaluate` point (replications, warm-up cut, interval). A
+    probe *meets* only when its attainment interval lies at or above the target; one
+    that misses, is undecided after ``budget`` replications, or is unstable counts as
+    not meeting, so the answer errs low, never high, under noise. The bracket's ceiling
+    is the fleet's fluid throughput bound (:func:`fluid_rate`), never simulated; the
+    floor is found by halving from 3/4 of it. Bisection stops when ``hi - lo <= rtol *
+    hi``.
 
-    Parameters
-    ----------
-    requests : pandas.DataFrame
-        ``arrival_s`` (s), ``prompt_tokens``, ``output_tokens`` (plus any extra columns
-        :func:`~servingcap.serving.simulate` uses); at least two requests.
-    replica : Replica
-        The replica model.
-    replicas, router, policy, seed
-        Passed to :func:`~servingcap.serving.simulate` (``seed`` feeds the random router).
-    limits : mapping, optional
-        Output column -> limit (s) that a request must meet, e.g.
-        ``{"ttft_s": 1.0, "tpot_s": 0.05}`` (the default: ``LOCKED.ttft_slo_s`` and
-        ``LOCKED.tpot_slo_s``).
-    target : float
-        Attainment to keep, in (0, 1]; 0.99 asks that 99 % of requests meet every limit.
+    Parameters as in :func:`evaluate`, plus:
+
     lo, hi : float, optional
-        A rate known to meet and one known to miss (requests/s). Missing ends are found
-        by doubling or halving from the fluid estimate :func:`fluid_rate` (or from the
-        other end when one is given); a given end is checked by simulation.
+        A rate known to meet and one known not to (requests/s); both are checked by
+        simulation. ``hi`` above the fluid bound is lowered to it.
     rtol : float
         Relative width of the final bracket, in (0, 1).
     progress : callable, optional
-        Called as ``progress(row)`` after each simulation (row: dict of
-        :data:`CURVE_COLUMNS`), e.g. to advance a progress bar.
-
-    Returns
-    -------
-    CapacityResult
-        ``rate`` 0.0 if even ``fluid_rate / 2**40`` misses (a limit below the unqueued
-        latency of some request).
+        Called as ``progress(row)`` after each point (row: dict of :data:`CURVE_COLUMNS`).
 
     Raises
     ------
     ValueError
-        For bad input (naming the parameter), a ``lo`` that misses, a ``hi`` that
-        meets, or a target met even at ``2**40`` times the fluid estimate.
+        For bad input (naming the parameter), a ``lo`` that does not meet, a ``hi`` that
+        meets, or limits that no fleet can meet (said before simulating).
     """
-    frame = _workload(requests)
-    opts = _options(replica, replicas, router, policy, seed)
-    lim = _limits(limits)
-    goal = _target(target)
+    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    s = _setup(requests, replica, router, policy, limits, target, design)
+    n = check_fleet(replica, replicas, router, policy)
     tol = _check.positive("rtol", rtol)
     if tol >= 1:
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
@@ -311,18 +803,17 @@ def capacity_search(requests, replica: Replica, *, replicas: int = 1,
         hi = _check.positive("hi", hi)
     if lo is not None and hi is not None and not lo < hi:
         raise ValueError(f"lo must be < hi, got lo={lo!r}, hi={hi!r}")
-    if progress is not None and not callable(progress):
-        raise ValueError(f"progress must be callable or None, got {progress!r}")
-
-    return _capacity(frame, replica, opts, lim, goal, tol, lo, hi, progress, {})
+    _check_feasible(s)
+    return _capacity(s, n, tol, lo, hi, _progress(progress), {})
 
 
-def _capacity(frame, replica, opts, lim, goal, tol, lo, hi, progress, known) -> CapacityResult:
-    """Bracket and bisect; ``known`` maps rates already simulated to their rows."""
+def _capacity(s: _Setup, n: int, tol, lo, hi, progress, known) -> CapacityResult:
+    """Bracket and bisect on decided probes; ``known`` maps rates already evaluated."""
     rows: list[dict] = []
+    fluid = _fluid(s.ref, s.replica, n)
 
     def meets(rate: float) -> bool:
-        row = known[rate] if rate in known else _run(frame, replica, rate, opts, lim, goal)
+        row = known[rate] if rate in known else _point(s, rate, n)
         rows.append(row)
         if progress is not None and rate not in known:
             progress(row)
@@ -331,41 +822,25 @@ def _capacity(frame, replica, opts, lim, goal, tol, lo, hi, progress, known) -> 
     def result(rate: float) -> CapacityResult:
         table = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
         at = table.loc[table["rate_rps"] == rate, "attainment"]
-        attainment = float(at.iloc[-1]) if len(at) else float(table["attainment"].iloc[-1])
-        return CapacityResult(rate=rate, attainment=attainment, target=goal,
-                              replicas=opts["replicas"], limits=lim, evaluations=table)
+        attainment = float(at.iloc[-1]) if len(at) else math.nan
+        return CapacityResult(rate=rate, attainment=attainment, target=s.target,
+                              replicas=n, limits=s.limits, fluid=fluid, evaluations=table)
 
     if lo is not None and not meets(lo):
         raise ValueError(f"lo must be a rate that meets the target, but lo={lo!r} req/s "
-                         f"has attainment {rows[-1]['attainment']:.4g} < {goal!r}")
-    if hi is not None and meets(hi):
+                         f"is '{rows[-1]['verdict']}' (attainment {rows[-1]['attainment']:.4g}, "
+                         f"target {s.target!r})")
+    if hi is not None and hi < fluid and meets(hi):
         raise ValueError(f"hi must be a rate that misses the target, but hi={hi!r} req/s "
-                         f"has attainment {rows[-1]['attainment']:.4g} >= {goal!r}")
-    if lo is None and hi is None:
-        guess = fluid_rate(frame, replica, opts["replicas"])
-        if meets(guess):
-            lo = guess
-        else:
-            hi = guess
-    if hi is None:
-        hi = lo
-        for _ in range(_MAX_BRACKET_STEPS):
-            hi *= 2.0
-            if not meets(hi):
-                break
-            lo = hi
-        else:
-            raise ValueError(
-                f"target {goal!r} is met even at {hi:.4g} req/s: the limits {lim} never "
-                f"bind for these {len(frame)} requests; simulate more requests or tighten "
-                "the limits")
+                         f"meets it (attainment {rows[-1]['attainment']:.4g} >= {s.target!r})")
+    hi = fluid if hi is None else min(hi, fluid)
     if lo is None:
-        lo = hi
+        probe = 0.75 * hi
         for _ in range(_MAX_BRACKET_STEPS):
-            lo /= 2.0
-            if meets(lo):
+            if meets(probe):
+                lo = probe
                 break
-            hi = lo
+            hi, probe = probe, probe / 2.0
         else:
             return result(0.0)
     while hi - lo > tol * hi:
@@ -382,20 +857,19 @@ def _capacity(frame, replica, opts, lim, goal, tol, lo, hi, progress, known) -> 
 
 def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replicas: int = 1,
                   router: str = "least_loaded", policy: str = "fcfs", limits=None,
-                  target: float = 0.99, seed=0, progress: Callable | None = None
-                  ) -> pd.DataFrame:
+                  target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
+                  holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
+                  progress: Callable | None = None) -> pd.DataFrame:
     """Throughput, goodput, attainment and p99s of the workload at each rate.
 
-    Same replay as :func:`capacity_search` (rescaled arrivals, same requests). Returns
-    one row per rate, in increasing order, with the :data:`CURVE_COLUMNS`:
-    ``rate_rps`` (offered, requests/s), ``throughput_rps`` (completed/s),
-    ``ttft_goodput_rps`` (done within the TTFT limit /s), ``goodput_rps`` (done within
-    every limit /s), ``attainment``, ``ttft_p99_s``, ``tpot_p99_s``, ``meets``.
+    One :func:`evaluate` point per rate (same design, same replication seeds at every
+    rate). Returns one row per rate, in increasing order, with the
+    :data:`CURVE_COLUMNS` (estimates, interval ends, replications, run length after
+    warm-up, verdict).
     """
-    frame = _workload(requests)
-    opts = _options(replica, replicas, router, policy, seed)
-    lim = _limits(limits)
-    goal = _target(target)
+    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    s = _setup(requests, replica, router, policy, limits, target, design)
+    n = check_fleet(replica, replicas, router, policy)
     if isinstance(rates, (str, bytes)) or not isinstance(rates, Iterable):
         raise ValueError(f"rates must be an iterable of rates (requests/s), got {rates!r}")
     grid = [_check.positive("rates", r) for r in rates]
@@ -403,11 +877,12 @@ def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replica
         raise ValueError("rates must not be empty, got []")
     if any(b <= a for a, b in zip(grid, grid[1:], strict=False)):
         raise ValueError(f"rates must be strictly increasing, got {grid!r}")
+    callback = _progress(progress)
     rows = []
     for rate in grid:
-        rows.append(_run(frame, replica, rate, opts, lim, goal))
-        if progress is not None:
-            progress(rows[-1])
+        rows.append(_point(s, rate, n))
+        if callback is not None:
+            callback(rows[-1])
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
@@ -458,88 +933,119 @@ def curve_knee(curve: pd.DataFrame, target: float = 0.99) -> CurveKnee:
                      peak_goodput=float(good[rates == peak][0]))
 
 
+
 # --------------------------------------------------------------------------- fleet
 
 
 @dataclass(frozen=True)
 class FleetResult:
-    """Smallest replica count meeting the SLO target at one rate, and every count tried."""
+    """Smallest replica count shown to meet the SLO target at one rate."""
 
     replicas: int
-    """Smallest count that meets the target (before spares)."""
+    """Smallest count whose attainment interval lies at or above the target (before
+    spares)."""
     rate: float
     """The arrival rate simulated (requests/s)."""
+    fluid_min: int
+    """Fewest replicas whose fluid throughput bound exceeds ``rate``; smaller fleets are
+    overloaded and were not simulated."""
     evaluations: pd.DataFrame = field(repr=False)
-    """One row per replica count tried: ``replicas`` plus the :data:`CURVE_COLUMNS`."""
+    """One row per replica count simulated: ``replicas`` plus the :data:`CURVE_COLUMNS`."""
 
     def row(self, replicas: int) -> pd.Series | None:
         """The evaluation of a fleet of this size, or None if it was not simulated."""
         rows = self.evaluations.loc[self.evaluations["replicas"] == replicas]
         return None if rows.empty else rows.iloc[-1]
 
+    @property
+    def undecided(self) -> list[int]:
+        """Sizes whose interval still straddled the target after the budget."""
+        table = self.evaluations
+        return table.loc[table["verdict"] == "undecided", "replicas"].tolist()
+
     def __str__(self) -> str:
+        reps = int(self.evaluations["replications"].sum())
         return (f"{self.replicas} replica(s) meet the target at {self.rate:.4g} req/s "
-                f"({len(self.evaluations)} simulations)")
+                f"(fluid bound needs >= {self.fluid_min}; {len(self.evaluations)} sizes, "
+                f"{reps} replications)")
 
 
 def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
                    policy: str = "fcfs", limits=None, target: float = 0.99, seed=0,
                    start: int | None = None, max_replicas: int = 4096,
+                   confidence: float = 0.95, budget: int = 16, holds: float = 20.0,
+                   min_requests: int = 2000, executor=parallel.AUTO,
                    progress: Callable | None = None) -> FleetResult:
     """Smallest replica count whose simulated SLO attainment at ``rate`` meets ``target``.
 
-    Starts from ``start`` (default: the count :func:`fluid_rate` says is needed), walks
-    up by doubling or down by halving the step until the answer is bracketed, then
-    bisects; the count one below the answer is always simulated (and misses), so the
-    answer is shown to be the smallest. Assumes more replicas never hurt, which holds
-    when every count replays the same requests.
+    Every size is an :func:`evaluate` point on the same replications (common random
+    numbers); a size *meets* only when its attainment interval lies at or above the
+    target, so an undecided or unstable size counts as not meeting. Sizes below the
+    fluid bound (:func:`fluid_rate` < ``rate``) are overloaded: they are not simulated,
+    and the search starts at ``max(start, fluid_min)``. From there it walks up by
+    doubling steps (or down by halving) until bracketed, then bisects; the size one
+    below the answer is always either simulated (and not meeting) or below the fluid
+    bound, so the answer is the smallest shown to meet.
+
+    Parameters as in :func:`evaluate`, plus ``start`` (first size tried) and
+    ``max_replicas`` (refuse larger fleets). Raises ``ValueError`` before simulating
+    when the fluid bound alone needs more than ``max_replicas``, or no fleet can meet
+    the limits (e.g. a prompt whose prefill alone exceeds the TTFT limit).
     """
-    frame = _workload(requests)
-    _options(replica, 1, router, policy, seed)
-    lim = _limits(limits)
-    goal = _target(target)
+    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    s = _setup(requests, replica, router, policy, limits, target, design)
     lam = _check.positive("rate", rate)
     cap = _check.whole("max_replicas", max_replicas)
-    if start is None:
-        start = min(cap, max(1, math.ceil(lam / fluid_rate(frame, replica))))
-    else:
+    if start is not None:
         start = _check.whole("start", start)
         if start > cap:
             raise ValueError(f"start must be <= max_replicas={cap}, got {start!r}")
-    if progress is not None and not callable(progress):
-        raise ValueError(f"progress must be callable or None, got {progress!r}")
-    scaled = rescale_to_rate(frame, lam)
+    callback = _progress(progress)
+    _check_feasible(s)
+    return _fleet(s, lam, start, cap, callback)
+
+
+def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
+    floor = _fluid_min(s.ref, s.replica, lam)
+    if floor > cap:
+        raise ValueError(f"max_replicas={cap} is below the {floor:,} replicas the fluid "
+                         f"throughput bound needs for {lam:.4g} req/s "
+                         f"({_fluid(s.ref, s.replica, 1):.4g} req/s per replica)")
+    _run_length(s, lam)                       # refuse an oversized run before simulating
+    first = floor if start is None else max(start, floor)
     rows: list[dict] = []
     seen: dict[int, bool] = {}
 
     def meets(n: int) -> bool:
+        if n < floor:
+            return False
         if n not in seen:
-            out = simulate(scaled, replica, replicas=n, router=router, policy=policy, seed=seed)
-            row = {"replicas": n, **_summary(out, lam, lim, goal)}
+            row = {"replicas": n, **_point(s, lam, n)}
             rows.append(row)
             seen[n] = row["meets"]
             if progress is not None:
                 progress(row)
         return seen[n]
 
-    if meets(start):
-        good, bad, step = start, 0, 1
-        while good - step >= 1:
+    if meets(first):
+        good, bad, step = first, floor - 1, 1
+        while good - step >= floor:
             if not meets(good - step):
                 bad = good - step
                 break
             good -= step
             step *= 2
     else:
-        bad, step = start, 1
+        bad, step = first, 1
         while True:
             n = min(cap, bad + step)
             if meets(n):
                 good = n
                 break
             if n == cap:
-                raise ValueError(f"max_replicas={cap} replicas still miss the target {goal!r} "
-                                 f"at {lam:.4g} req/s (attainment {rows[-1]['attainment']:.4g})")
+                raise ValueError(f"max_replicas={cap} replicas still do not meet the target "
+                                 f"{s.target!r} at {lam:.4g} req/s ({rows[-1]['verdict']}, "
+                                 f"attainment {rows[-1]['attainment']:.4g})")
             bad, step = n, step * 2
     while good - bad > 1:
         mid = (good + bad) // 2
@@ -548,7 +1054,7 @@ def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = "le
         else:
             bad = mid
     table = pd.DataFrame(rows, columns=["replicas", *CURVE_COLUMNS])
-    return FleetResult(replicas=good, rate=lam,
+    return FleetResult(replicas=good, rate=lam, fluid_min=floor,
                        evaluations=table.sort_values("replicas").reset_index(drop=True))
 
 
@@ -562,7 +1068,7 @@ class Plan:
     rate: float
     """Arrival rate planned for (requests/s)."""
     hold_s: float
-    """T_hold used by the closed form (s): see :func:`hold_time`."""
+    """T_hold used by the closed form and the run length (s): see :func:`hold_time`."""
     sizing: FleetSizing
     """Little + square-root staffing + spares (:func:`servingcap.fleet.size_fleet`)."""
     fleet: FleetResult
@@ -570,7 +1076,11 @@ class Plan:
     spares: int
     """Whole replicas added for failures."""
     capacity: CapacityResult
-    """Largest rate the ``fleet.replicas`` serving replicas carry (spares held back)."""
+    """Largest rate the ``fleet.replicas`` serving replicas are shown to carry."""
+    confidence: float
+    """Level of every interval in the plan."""
+    budget: int
+    """Most replications per point."""
 
     @property
     def replicas(self) -> int:
@@ -579,12 +1089,13 @@ class Plan:
 
     @property
     def at_size(self) -> pd.Series:
-        """Evaluation at the simulator's count (p99s, goodput, attainment)."""
+        """Evaluation at the simulator's count (p99s, goodput, attainment, interval)."""
         return self.fleet.row(self.fleet.replicas)
 
     @property
     def below(self) -> pd.Series | None:
-        """Evaluation one replica fewer (it misses), or None when the answer is 1."""
+        """Evaluation one replica fewer, or None when it was not simulated (the answer
+        is 1, or one fewer is under the fluid bound)."""
         return self.fleet.row(self.fleet.replicas - 1)
 
     @property
@@ -594,50 +1105,57 @@ class Plan:
 
     @property
     def simulations(self) -> int:
-        """Simulations run for the plan."""
-        return len(self.fleet.evaluations) + len(self.capacity.evaluations)
+        """Replications simulated for the plan."""
+        return int(self.fleet.evaluations["replications"].sum()
+                   + self.capacity.evaluations["replications"].sum()
+                   - self.at_size["replications"])
 
 
 def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
          policy: str = "fcfs", limits=None, target: float = 0.99, spares: int = 1,
-         beta: float = 2.0, seed=0, rtol: float = 0.02,
+         beta: float = 2.0, seed=0, rtol: float = 0.02, confidence: float = 0.95,
+         budget: int = 16, holds: float = 20.0, min_requests: int = 2000,
+         max_replicas: int = 4096, executor=parallel.AUTO,
          progress: Callable | None = None) -> Plan:
     """Size a fleet for ``rate`` and check it by simulation (what ``servingcap plan`` prints).
 
+    0. Before simulating: no fleet can meet limits that an idle replica misses
+       (:func:`slo_floor`), and no fleet below the fluid bound carries the rate.
     1. Closed form: ``size_fleet(rate, hold_time(requests, replica), replica.max_batch,
        beta, spares)``.
-    2. Simulation: :func:`smallest_fleet` from the closed form's count (without spares).
-    3. Capacity: :func:`capacity_search` on that many replicas, starting from ``rate``
-       (which meets), to relative tolerance ``rtol``.
+    2. Simulation: :func:`smallest_fleet` from the larger of the closed form's count
+       (without spares) and the fluid bound.
+    3. Capacity: :func:`capacity_search` on that many replicas, from ``rate`` (which
+       meets) up to ``rate * (1 + 1.5 / (n - 1))`` or, if that meets too, the fleet's
+       fluid bound, to relative tolerance ``rtol``.
+
+    Parameters as in :func:`smallest_fleet` and :func:`capacity_search`; ``requests`` a
+    request table or a :class:`PoissonWorkload`.
     """
-    frame = _workload(requests)
+    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    s = _setup(requests, replica, router, policy, limits, target, design)
     lam = _check.positive("rate", rate)
     n_spares = _check.whole("spares", spares, minimum=0)
-    hold = hold_time(frame, replica)
-    sizing = size_fleet(lam, hold, replica.max_batch, beta=beta, spares=n_spares,
-                        p=0.99)
-    fleet = smallest_fleet(frame, replica, lam, router=router, policy=policy, limits=limits,
-                           target=target, seed=seed, start=sizing.replicas_for_slots,
-                           max_replicas=max(4096, 4 * sizing.replicas_for_slots),
-                           progress=progress)
-    # The planned rate meets (the fleet search just showed it). For the top of the bracket
-    # try a modest step first: the fleet one replica smaller misses at ``rate``, so the
-    # fleet's capacity is rarely far above rate * n / (n - 1); double only if it meets.
-    n = fleet.replicas
-    opts = _options(replica, n, router, policy, seed)
-    lim, goal = _limits(limits), _target(target)
+    cap = _check.whole("max_replicas", max_replicas)
     tol = _check.positive("rtol", rtol)
     if tol >= 1:
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
+    callback = _progress(progress)
+    sizing = size_fleet(lam, s.hold_s, replica.max_batch, beta=beta, spares=n_spares, p=0.99)
+    _check_feasible(s)
+    fleet = _fleet(s, lam, min(sizing.replicas_for_slots, cap), cap, callback)
+    n = fleet.replicas
     at_rate = {k: v for k, v in fleet.row(n).items() if k != "replicas"}
-    step_up = lam * (1.0 + 1.5 / max(n - 1, 1))
-    probe = _run(frame, replica, step_up, opts, lim, goal)
-    if progress is not None:
-        progress(probe)
+    # The fleet one smaller does not meet at ``rate``, so the capacity is rarely far above
+    # rate * n / (n - 1): try a modest step up first and bisect below it if it does not meet.
+    step_up = min(lam * (1.0 + 1.5 / max(n - 1, 1)), _fluid(s.ref, s.replica, n))
+    probe = _point(s, step_up, n)
+    if callback is not None:
+        callback(probe)
     known = {lam: at_rate, step_up: probe}
     if probe["meets"]:
-        capacity = _capacity(frame, replica, opts, lim, goal, tol, step_up, None, progress, known)
+        capacity = _capacity(s, n, tol, step_up, None, callback, known)
     else:
-        capacity = _capacity(frame, replica, opts, lim, goal, tol, lam, step_up, progress, known)
-    return Plan(rate=lam, hold_s=hold, sizing=sizing, fleet=fleet, spares=n_spares,
-                capacity=capacity)
+        capacity = _capacity(s, n, tol, lam, step_up, callback, known)
+    return Plan(rate=lam, hold_s=s.hold_s, sizing=sizing, fleet=fleet, spares=n_spares,
+                capacity=capacity, confidence=design.confidence, budget=design.budget)

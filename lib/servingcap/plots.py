@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from . import _check
 
 __all__ = ["COLORS", "use_book_style", "mark_slo", "mark_knee", "describe"]
 
@@ -40,6 +43,8 @@ _STYLE = {
 
 def describe(fig) -> str:
     """A one-line plain-text description of a figure: its titles, or its label."""
+    if not isinstance(fig, Figure):
+        raise ValueError(f"fig must be a matplotlib Figure, got {fig!r}")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     if getattr(fig, "_suptitle", None) is not None and fig._suptitle.get_text():
         titles.insert(0, fig._suptitle.get_text())
@@ -65,6 +70,7 @@ def use_book_style() -> None:
 
 def mark_slo(ax, value: float, label: str, axis: str = "y") -> None:
     """Draw an SLO threshold as a dashed red line with a label (same units as the axis)."""
+    value = _check.number("value", value)
     if axis == "y":
         ax.axhline(value, color=COLORS["slo"], linestyle="--", linewidth=1.2, label=label)
     elif axis == "x":
@@ -75,6 +81,7 @@ def mark_slo(ax, value: float, label: str, axis: str = "y") -> None:
 
 def mark_knee(ax, x: float, label: str = "knee") -> None:
     """Mark the knee of a curve with a dotted purple vertical line at ``x``."""
+    x = _check.number("x", x)
     ax.axvline(x, color=COLORS["knee"], linestyle=":", linewidth=1.5, label=label)
 
 

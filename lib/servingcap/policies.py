@@ -41,11 +41,7 @@ __all__ = [
 
 
 def _tokens(requests, column: str) -> np.ndarray:
-    if not isinstance(requests, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    if column not in requests.columns:
-        raise ValueError(f"requests is missing column {column!r}; has {list(requests.columns)}")
-    values = _check.array(column, requests[column].to_numpy(dtype=float))
+    values = _check.array(column, _check.column(requests, column, "requests"))
     bad = (values < 1) | (values != np.round(values))
     if bad.any():
         i = int(bad.argmax())
@@ -117,6 +113,8 @@ def capacity_rate(requests, replica: Replica | None = None) -> float:
     return float(1.0 / work.mean())
 
 
+@_check.renames("source")
+@_check.guarded
 def bootstrap_workload(source, n: int, load: float, replica: Replica | None = None,
                        rng=None) -> pd.DataFrame:
     """``n`` requests resampled from ``source``, Poisson arrivals at ``load`` x capacity.
@@ -141,10 +139,11 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     DataFrame with ``arrival_s`` (s, first arrival after one inter-arrival gap),
     ``prompt_tokens``, ``output_tokens`` (tokens).
     """
-    n = _check.whole("n", n)
+    n = _check.size("n", n)
     load = _check.positive("load", load)
     rate = load * capacity_rate(source, replica)
-    rng = np.random.default_rng(rng)
+    _check.finite_result(1.0 / rate, f"1 / (load={load!r} x capacity_rate(source))")
+    rng = _check.generator("rng", rng)
     pick = rng.integers(0, len(source), n)
     return pd.DataFrame({
         "arrival_s": np.cumsum(rng.exponential(1.0 / rate, n)),
@@ -153,6 +152,7 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     })
 
 
+@_check.guarded
 def slo_deadlines(requests, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     """Per-request E2E deadline (s, absolute): ``arrival + TTFT_slo + (N - 1) * TPOT_slo``.
 
@@ -165,10 +165,11 @@ def slo_deadlines(requests, ttft_slo_s: float, tpot_slo_s: float) -> np.ndarray:
     output = _tokens(requests, "output_tokens")
     if "arrival_s" not in requests.columns:
         raise ValueError(f"requests is missing column 'arrival_s'; has {list(requests.columns)}")
-    arrival = _check.array("arrival_s", requests["arrival_s"].to_numpy(dtype=float))
+    arrival = _check.array("arrival_s", _check.column(requests, "arrival_s", "requests"))
     return arrival + ttft + (output - 1) * tpot
 
 
+@_check.guarded
 def noisy_predictions(output_tokens, sigma: float, rng=None) -> np.ndarray:
     """Predicted output lengths with multiplicative lognormal error (tokens).
 
@@ -181,22 +182,22 @@ def noisy_predictions(output_tokens, sigma: float, rng=None) -> np.ndarray:
         i = int(np.argmax(tokens < 1))
         raise ValueError(f"output_tokens must be >= 1, got {tokens[i]!r} at index {i}")
     s = _check.nonnegative("sigma", sigma)
-    z = np.random.default_rng(rng).standard_normal(tokens.size)
+    z = _check.generator("rng", rng).standard_normal(tokens.size)
     return np.maximum(1, np.round(tokens * np.exp(s * z))).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- who pays
 
 
+@_check.renames("result")
 def queue_wait_s(result) -> np.ndarray:
     """Time from arrival to first admission (s); ``inf`` for a request never admitted."""
-    for column in ("arrival_s", "admitted_s"):
-        if column not in result.columns:
-            raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
-    wait = result["admitted_s"].to_numpy(dtype=float) - result["arrival_s"].to_numpy(dtype=float)
+    arrival = _check.array("arrival_s", _check.column(result, "arrival_s", "result"))
+    wait = _check.column(result, "admitted_s", "result") - arrival
     return np.where(np.isnan(wait), np.inf, wait)
 
 
+@_check.renames("result")
 def slowdown(result, replica: Replica | None = None) -> np.ndarray:
     """E2E / unqueued E2E per request (dimensionless, >= 1 up to step rounding).
 
@@ -206,6 +207,7 @@ def slowdown(result, replica: Replica | None = None) -> np.ndarray:
     return latencies(result, "e2e_s") / unqueued_e2e_s(result, replica)
 
 
+@_check.guarded
 def length_buckets(tokens, quantiles=(0.5, 0.9, 0.99)) -> pd.Categorical:
     """Bucket each length by the quantiles of ``tokens`` itself.
 
@@ -216,15 +218,20 @@ def length_buckets(tokens, quantiles=(0.5, 0.9, 0.99)) -> pd.Categorical:
     x = _check.array("tokens", tokens)
     if x.size == 0:
         raise ValueError("tokens must not be empty")
+    if isinstance(quantiles, (str, bytes)) or not hasattr(quantiles, "__iter__"):
+        raise ValueError(f"quantiles must be a sequence of levels in (0, 1), got {quantiles!r}")
     qs = [_check.probability("quantiles", q) for q in quantiles]
     if list(qs) != sorted(set(qs)):
         raise ValueError(f"quantiles must be strictly increasing, got {tuple(quantiles)!r}")
-    edges = np.quantile(x, qs)
+    with np.errstate(over="ignore", invalid="ignore"):
+        edges = np.quantile(x, qs)
+    _check.finite_result(float(np.sum(np.abs(edges))), "quantiles of tokens")
     names = [f"p{100 * a:g}-p{100 * b:g}" for a, b in zip([0.0, *qs], [*qs, 1.0], strict=True)]
     codes = np.searchsorted(edges, x, side="left")
     return pd.Categorical.from_codes(codes, categories=names, ordered=True)
 
 
+@_check.renames("result")
 def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 0.99),
                    buckets=None) -> pd.DataFrame:
     """Per output-length bucket: requests, token range, slowdown and queue wait.
@@ -233,6 +240,7 @@ def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 
     ``p99 slowdown`` (dimensionless), ``mean wait (s)``, ``max wait (s)``. Values are
     rounded for display. ``buckets`` overrides the grouping (one label per request).
     """
+    _check.table("result", result, ("output_tokens", "arrival_s", "admitted_s"), minimum=1)
     groups = (length_buckets(result["output_tokens"], quantiles) if buckets is None
               else pd.Categorical(buckets))
     sd = slowdown(result, replica)
@@ -252,6 +260,7 @@ def bucket_summary(result, replica: Replica | None = None, quantiles=(0.5, 0.9, 
     return pd.DataFrame(rows).set_index("bucket")
 
 
+@_check.renames("result")
 def latency_summary(result) -> dict:
     """Mean, p99 and p99.9 of E2E and TTFT over all requests (s); failures count as inf.
 
@@ -271,18 +280,19 @@ def latency_summary(result) -> dict:
             "p99 TTFT (s)": q(ttft, 0.99)}
 
 
+@_check.renames("result")
 def deadline_miss_rate(result, deadline_s) -> float:
     """Fraction of requests not ``done`` by their deadline (absolute times, s).
 
     A rejected, timed-out (shed) or unfinished request is a miss.
     """
+    _check.table("result", result, ("finish_s", "outcome"), minimum=1)
     deadline = _check.array("deadline_s", deadline_s) if not np.isscalar(deadline_s) else None
     if deadline is None or deadline.size != len(result):
         raise ValueError(f"deadline_s must have one value per request ({len(result)}), "
                          f"got {np.size(deadline_s)}")
-    if len(result) == 0:
-        raise ValueError("result must not be empty")
-    finish = result["finish_s"].to_numpy(dtype=float)
+    _check.table("result", result, ("finish_s", "outcome"), minimum=1)
+    finish = _check.column(result, "finish_s", "result")
     done = (result["outcome"] == "done").to_numpy()
     return float(1.0 - (done & (finish <= deadline)).mean())
 
@@ -290,6 +300,7 @@ def deadline_miss_rate(result, deadline_s) -> float:
 # --------------------------------------------------------------------------- closed forms
 
 
+@_check.guarded
 def priority_waits(arrival_rate: float, service_s, keys) -> np.ndarray:
     """Mean queue wait of each job under non-preemptive priority M/G/1 (s), Cobham's formula.
 
@@ -324,6 +335,7 @@ def priority_waits(arrival_rate: float, service_s, keys) -> np.ndarray:
     return wait[inverse]
 
 
+@_check.renames("result")
 def mean_unfinished_work_s(result, service_s) -> float:
     """Time-average unfinished work in a one-slot, non-preemptive system (s).
 
@@ -333,16 +345,19 @@ def mean_unfinished_work_s(result, service_s) -> float:
     order (FCFS, SJF, EDF, priority) on the same arrivals this is the same number: the
     order changes who waits, not how much work is waiting. Needs every request ``done``.
     """
+    _check.table("result", result, ("arrival_s", "admitted_s", "finish_s", "outcome"), minimum=1)
     s = _check.array("service_s", service_s, nonnegative_values=True)
     if s.size != len(result) or s.size == 0:
         raise ValueError(f"service_s must have one value per request ({len(result)}), got {s.size}")
     if not (result["outcome"] == "done").all():
         raise ValueError("mean_unfinished_work_s needs every request done")
-    wait = queue_wait_s(result)
-    span = float(result["finish_s"].max() - result["arrival_s"].min())
+    wait = _check.array("admitted_s - arrival_s", queue_wait_s(result))
+    finish = _check.array("finish_s", _check.column(result, "finish_s", "result"))
+    span = float(finish.max() - _check.column(result, "arrival_s", "result").min())
     return float((s * wait + s**2 / 2).sum() / span)
 
 
+@_check.renames("result")
 def busy_time_s(result) -> float:
     """Time with at least one request in the system (s): the union of ``[arrival, finish]``.
 
@@ -350,11 +365,8 @@ def busy_time_s(result) -> float:
     busy time, whatever the order; preemption with recompute lengthens it. Every request
     needs a finite ``finish_s`` (done, rejected or timed out, not unfinished).
     """
-    for column in ("arrival_s", "finish_s"):
-        if column not in result.columns:
-            raise ValueError(f"result is missing column {column!r}; has {list(result.columns)}")
-    a = _check.array("arrival_s", result["arrival_s"].to_numpy(dtype=float))
-    f = _check.array("finish_s", result["finish_s"].to_numpy(dtype=float))
+    a = _check.array("arrival_s", _check.column(result, "arrival_s", "result"))
+    f = _check.array("finish_s", _check.column(result, "finish_s", "result"))
     if a.size == 0:
         raise ValueError("result must not be empty")
     if (f < a).any():

@@ -68,12 +68,13 @@ def little(L=None, arrival_rate=None, time_in_system=None) -> float:
     if time_in_system is not None:
         time_in_system = _check.nonnegative("time_in_system", time_in_system)
     if L is None:
-        return arrival_rate * time_in_system
+        return _check.finite_result(arrival_rate * time_in_system,
+                                    f"arrival_rate={arrival_rate!r} * time_in_system={time_in_system!r}")
     if arrival_rate is None:
         if time_in_system == 0:
             raise ValueError("time_in_system must be > 0 to solve for arrival_rate, got 0.0")
-        return L / time_in_system
-    return L / arrival_rate
+        return _check.finite_result(L / time_in_system, f"L={L!r} / time_in_system={time_in_system!r}")
+    return _check.finite_result(L / arrival_rate, f"L={L!r} / arrival_rate={arrival_rate!r}")
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,11 @@ class MM1:
         return self.utilization / (1 - self.utilization)
 
     def response_cdf(self, t):
-        """P(response <= t): response time is exponential with rate mu - lambda."""
-        t = np.asarray(t, dtype=float)
+        """P(response <= t): response time is exponential with rate mu - lambda.
+
+        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
+        """
+        t = _check.points("t", t)
         return np.where(t < 0, 0.0, -np.expm1(-self._drain * np.maximum(t, 0)))
 
     def response_quantile(self, p: float) -> float:
@@ -194,8 +198,11 @@ class MM1:
         return -math.log1p(-p) / self._drain
 
     def wait_cdf(self, t):
-        """P(wait <= t) = 1 - rho * exp(-(mu - lambda) t) for t >= 0."""
-        t = np.asarray(t, dtype=float)
+        """P(wait <= t) = 1 - rho * exp(-(mu - lambda) t) for t >= 0.
+
+        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
+        """
+        t = _check.points("t", t)
         return np.where(t < 0, 0.0, 1 - self.utilization * np.exp(-self._drain * np.maximum(t, 0)))
 
     def wait_quantile(self, p: float) -> float:
@@ -242,8 +249,10 @@ class MG1:
         x = _check.array("service_times", service_times, nonnegative_values=True)
         if x.size < 2:
             raise ValueError(f"service_times needs at least 2 values, got {x.size}")
-        mean = float(x.mean())
-        return cls(arrival_rate, mean, float(x.std()) / mean if mean > 0 else 0.0)
+        with np.errstate(over="ignore"):
+            mean, std = float(x.mean()), float(x.std())
+        _check.finite_result(mean + std, "the mean and standard deviation of service_times")
+        return cls(arrival_rate, mean, std / mean if mean > 0 else 0.0)
 
     @property
     def utilization(self) -> float:
@@ -276,7 +285,43 @@ class MG1:
 
 
 def _servers_and_load(servers, offered_load):
-    return _check.whole("servers", servers), _check.positive("offered_load", offered_load)
+    c = _check.whole("servers", servers)
+    if c > _check.MAX_SERVERS:
+        raise ValueError(f"servers must be <= {_check.MAX_SERVERS:.0e} (far past any fleet), "
+                         f"got {servers!r}")
+    return c, _check.positive("offered_load", offered_load)
+
+
+# Up to this many servers the overloaded Erlang B uses the exact O(c) recursion (a few
+# milliseconds); past it, a bounded-cost method (see _erlang_b_overloaded).
+_RECURSION_SERVERS = 100_000
+
+
+def _erlang_b_overloaded(c: int, a: float) -> float:
+    """Erlang B for a > c > _RECURSION_SERVERS at a cost that does not grow with c alone.
+
+    When P(N <= c), N ~ Poisson(a), is not tiny, the log-space ratio pmf/cdf is exact.
+    Otherwise a >> c (relative to sqrt(c)), and 1/B = sum_k prod_{j<k} (c - j)/a is summed
+    in blocks until the terms drop below 1e-17 of the sum: they fall at least like
+    (c/a)^k * exp(-k^2 / 2c), so about 40 / ln(a/c) or 9 sqrt(c) terms at most.
+    """
+    log_cdf = float(stats.poisson.logcdf(c, a))
+    if log_cdf > -600:
+        return float(np.exp(stats.poisson.logpmf(c, a) - log_cdf))
+    total, log_t, k = 0.0, 0.0, 0
+    block = 65_536
+    while k <= c:
+        j = np.arange(k, min(k + block, c + 1), dtype=float)
+        # log t_k for k in this block: running sum of log((c - j + 1)/a), t_0 = 1.
+        steps = np.log1p(-(a - c + j - 1) / a)
+        steps[j == 0] = 0.0
+        logs = log_t + np.cumsum(steps)
+        terms = np.exp(logs)
+        total += float(terms.sum())
+        log_t, k = float(logs[-1]), k + j.size
+        if terms[-1] < 1e-17 * total:
+            break
+    return 1.0 / total
 
 
 def erlang_b(servers: int, offered_load: float) -> float:
@@ -297,6 +342,8 @@ def erlang_b(servers: int, offered_load: float) -> float:
     if a <= c:
         # P(N <= c) >= 1/2 here, so the log-space ratio cannot underflow.
         return float(np.exp(stats.poisson.logpmf(c, a) - stats.poisson.logcdf(c, a)))
+    if c > _RECURSION_SERVERS:
+        return _erlang_b_overloaded(c, a)
     # Overloaded loss system: the stable recursion 1/B(k) = 1 + (k/a) / B(k-1) stays
     # bounded (1/B <= a / (a - c)), where the Poisson CDF would underflow.
     inverse = 1.0
@@ -317,6 +364,7 @@ def erlang_c(servers: int, offered_load: float) -> float:
     return min(1.0, c * b / (c - a * (1 - b)))
 
 
+@_check.guarded
 def sqrt_staffing(offered_load: float, beta: float) -> int:
     """Square-root staffing: the smallest whole c >= a + beta * sqrt(a).
 
@@ -412,8 +460,11 @@ class MMc:
         return self.arrival_rate * self.mean_wait
 
     def wait_cdf(self, t):
-        """P(wait <= t) = 1 - C exp(-(c mu - lambda) t) for t >= 0."""
-        t = np.asarray(t, dtype=float)
+        """P(wait <= t) = 1 - C exp(-(c mu - lambda) t) for t >= 0.
+
+        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
+        """
+        t = _check.points("t", t)
         return np.where(t < 0, 0.0, 1 - self.prob_wait * np.exp(-self._drain * np.maximum(t, 0)))
 
     def wait_quantile(self, p: float) -> float:

@@ -31,6 +31,12 @@ shared queue; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
+
+Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
+default combined mode with no KV limit, no preemption, no step log and no ``until_s``,
+:func:`simulate` runs ``_fast_engine.FastEngine`` instead. It accounts for decodes
+lazily and takes runs of identical steps at once, and gives
+the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import hashlib
 import heapq
 import inspect
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +66,9 @@ POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
 ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
            "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
+# Run eligible configurations on the lazy engine in _fast_engine (same outputs, faster);
+# tests switch it off to compare with the step-by-step reference, _Engine.
+_FAST_PATH = True
 
 
 @dataclass(frozen=True)
@@ -538,7 +548,7 @@ class _Engine:
 
     def load(self) -> int:
         """Outstanding requests (waiting here + admitted), for ``least_requests``."""
-        return len(self.running) + (len(self.queue) if len(self.queue.replicas) == 1 else 0)
+        return len(self.running) + (len(self.queue.heap) if len(self.queue.replicas) == 1 else 0)
 
     def work_at(self, t: float) -> int:
         """Outstanding work (tokens) at time ``t``, for ``least_loaded``: what
@@ -547,7 +557,11 @@ class _Engine:
         if self.repeat <= 1 or self.busy_until == math.inf:
             return self.work
         ended = math.ceil((t - self.step_start) / self.step_duration) - 1
-        return self.work - min(max(ended, 0), self.repeat) * int(self.step_decode.size)
+        return self.work - min(max(ended, 0), self.repeat) * self._step_batch()
+
+    def _step_batch(self) -> int:
+        """Decoding sequences in the step in flight."""
+        return int(self.step_decode.size)
 
     def enqueue(self, i: int) -> None:
         """Route request ``i`` to this replica's queue and count its work."""
@@ -873,10 +887,11 @@ class _Router:
         if name == "pooled":
             return engines[0]
         t = self.req.arrival[i]
+        # min() returns the first of equal keys, and engines are in index order
         if name == "least_loaded":
-            return min(engines, key=lambda e: (e.work_at(t), e.index))
+            return min(engines, key=lambda e: e.work_at(t))
         if name == "least_requests":
-            return min(engines, key=lambda e: (e.load(), e.index))
+            return min(engines, key=lambda e: e.load())
         if name == "random":
             return engines[int(self.rng.integers(len(engines)))]
         if name == "power_of_two":
@@ -1002,46 +1017,55 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     rng = np.random.default_rng(seed)
     steps: list | None = [] if step_log else None
 
+    from . import _fast_engine  # here, not at the top: it subclasses _Engine
+
     shared = _Queue() if router == "pooled" else None
+    fast = _FAST_PATH and _fast_engine.usable(replica, step_log, horizon)
+    lists = _fast_engine.Shared(req) if fast else None
     engines = []
     for k in range(n_rep):
         queue = shared if shared is not None else _Queue()
-        engine = _Engine(k, replica, req, queue, policy, steps)
+        engine = (_fast_engine.FastEngine(k, replica, req, queue, policy, lists) if fast
+                  else _Engine(k, replica, req, queue, policy, steps))
         queue.replicas.append(engine)
         engines.append(engine)
     route = _Router(router, engines, req, rng, affinity_bound)
-    a = 0
     touched: list[_Queue] = []                          # queues fed since the last wake-up
+    times, rows, prompts = req.arrival[order].tolist(), order.tolist(), req.prompt.tolist()
+    longest = min(math.inf if replica.max_prompt_tokens is None else replica.max_prompt_tokens,
+                  replica.token_cap() if replica.mode == "prefill_first" else math.inf)
+    capped = replica.max_queue is not None
+    busy = operator.attrgetter("busy_until")
+    a, n_req = 0, req.n
 
     while True:
-        engine = min(engines, key=lambda e: e.busy_until)
-        t_arrival = req.arrival[order[a]] if a < req.n else math.inf
+        engine = engines[0] if n_rep == 1 else min(engines, key=busy)   # first: lowest index
+        t_arrival = times[a] if a < n_req else math.inf
         if min(t_arrival, engine.busy_until) > horizon:
             break
-        if a < req.n and t_arrival <= engine.busy_until:
-            i = int(order[a])
+        if t_arrival <= engine.busy_until and a < n_req:
+            i = rows[a]
             a += 1
             target = route.pick(i)
             queue = target.queue
-            too_long = ((replica.max_prompt_tokens is not None
-                         and req.prompt[i] > replica.max_prompt_tokens)
-                        or (replica.mode == "prefill_first"
-                            and req.prompt[i] > replica.token_cap()))
             # requests that will wait for a slot: the queue beyond the free slots it feeds
-            backlog = len(queue) - sum(replica.max_batch - len(e.running) for e in queue.replicas)
-            if too_long or backlog >= replica.queue_cap(req.priority[i]):
+            if prompts[i] > longest or (capped and (
+                    len(queue.heap) - sum(replica.max_batch - len(e.running)
+                                          for e in queue.replicas)
+                    >= replica.queue_cap(req.priority[i]))):
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
-                continue
-            target.enqueue(i)
-            if queue not in touched:
-                touched.append(queue)
-            if a < req.n and req.arrival[order[a]] == t_arrival:
+            else:
+                target.enqueue(i)
+                if queue not in touched:
+                    touched.append(queue)
+            if a < n_req and times[a] == t_arrival:
                 continue                                # simultaneous arrivals join one step
-            for server in (e for q in touched for e in q.replicas):
-                if server.busy_until == math.inf:
-                    server.plan(t_arrival)              # wake an idle replica
-                else:
-                    server.cut(t_arrival)               # or let it admit at its next boundary
+            for q in touched:
+                for server in q.replicas:
+                    if server.busy_until == math.inf:
+                        server.plan(t_arrival)          # wake an idle replica
+                    else:
+                        server.cut(t_arrival)           # or let it admit at its next boundary
             touched.clear()
             continue
         if engine.busy_until == math.inf:

@@ -33,13 +33,23 @@ def fcfs_waits(arrival_times, service_times, servers: int = 1) -> np.ndarray:
         Service durations (s), >= 0, same length.
     servers : int
         Number of servers sharing one queue, >= 1. A request starts on the server that
-        frees up first (the pooled queue of M/M/c).
+        frees up first (the pooled queue of M/M/c). With at least as many servers as
+        requests nobody waits, so any count past ``len(arrival_times)`` gives the same
+        (exact) answer without allocating a server each.
 
     Returns
     -------
     numpy.ndarray
         Time each request waits before its service starts (s), >= 0.
         Response time is ``waits + service_times``.
+
+    Raises
+    ------
+    ValueError
+        For NaN, infinite or negative inputs, unsorted arrivals, mismatched lengths or
+        ``servers < 1``; :class:`~servingcap._check.NumericOverflowError` (a
+        ``ValueError``) when arrival times plus the total service time exceed the
+        floating-point range (about 1.8e308 s), where the waits would be ``inf``.
     """
     a, s = _check.arrivals_and_services(arrival_times, service_times)
     c = _check.whole("servers", servers)
@@ -47,6 +57,8 @@ def fcfs_waits(arrival_times, service_times, servers: int = 1) -> np.ndarray:
         return np.zeros(0)
     if c == 1:
         return _one_server(a, s)
+    if c >= a.size:
+        return np.zeros_like(a)
     return _many_servers(a, s, c)
 
 
@@ -78,14 +90,15 @@ def _many_servers(a: np.ndarray, s: np.ndarray, c: int) -> np.ndarray:
     return waits
 
 
+@_check.guarded
 def poisson_arrivals(arrival_rate: float, n: int, rng) -> np.ndarray:
     """``n`` arrival instants (s) of a Poisson process with ``arrival_rate`` (requests/s).
 
     ``rng`` is a ``numpy.random.Generator`` (or a seed for one).
     """
     lam = _check.positive("arrival_rate", arrival_rate)
-    n = _check.whole("n", n, minimum=0)
-    rng = np.random.default_rng(rng)
+    n = _check.size("n", n, minimum=0)
+    rng = _check.generator("rng", rng)
     gaps = rng.exponential(1.0 / lam, n)
     return np.cumsum(gaps, out=gaps)
 
@@ -96,8 +109,13 @@ def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.nda
     standard deviations), so one block almost always suffices."""
     lam = _check.positive("arrival_rate", arrival_rate)
     horizon = _check.positive("horizon_s", horizon_s)
-    rng = np.random.default_rng(rng)
-    block = int(lam * horizon + 10 * math.sqrt(lam * horizon) + 10)
+    rng = _check.generator("rng", rng)
+    expected = lam * horizon
+    if not expected <= _check.MAX_SAMPLES:
+        raise ValueError(f"arrival_rate * horizon_s = {expected:.3g} expected arrivals is more "
+                         f"than {_check.MAX_SAMPLES:.0e} (arrival_rate={lam!r}, "
+                         f"horizon_s={horizon!r})")
+    block = int(expected + 10 * math.sqrt(expected) + 10)
     arrivals = np.cumsum(rng.exponential(1.0 / lam, block))
     while arrivals[-1] < horizon:
         more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / lam, block))
@@ -105,6 +123,7 @@ def poisson_arrivals_until(arrival_rate: float, horizon_s: float, rng) -> np.nda
     return arrivals[arrivals < horizon]
 
 
+@_check.guarded
 def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: int = 1):
     """Simulate ``n`` requests through an M/M/c queue.
 
@@ -112,9 +131,10 @@ def mmc_sample(arrival_rate: float, service_rate: float, n: int, rng, servers: i
     Does not require stability: an overloaded run simply shows growing waits.
     """
     mu = _check.positive("service_rate", service_rate)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     arrivals = poisson_arrivals(arrival_rate, n, rng)
-    service = rng.exponential(1.0 / mu, arrivals.size)
+    service = rng.exponential(_check.finite_result(1.0 / mu, f"1 / service_rate={mu!r}"),
+                              arrivals.size)
     return arrivals, service, fcfs_waits(arrivals, service, servers)
 
 

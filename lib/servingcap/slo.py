@@ -95,7 +95,7 @@ def latencies(requests, column: str = "ttft_s") -> np.ndarray:
     answer has no value (NaN) and is left out. Raises ``ValueError`` if a ``done`` request
     has any other missing, negative or infinite value.
     """
-    frame = _requests(requests, (column,))
+    frame = _requests(requests, (_check.label("column", column),))
     values, defined = _latency_values(frame, column)
     return values[defined]
 
@@ -141,18 +141,21 @@ def slo_attainment(requests, **limits) -> float:
     return float(ok.mean())
 
 
+@_check.guarded
 def offered_rate(requests, duration_s: float) -> float:
     """Offered load (requests/s): every request that tried to enter, per second of window."""
     frame = _requests(requests)
     return len(frame) / _check.positive("duration_s", duration_s)
 
 
+@_check.guarded
 def throughput(requests, duration_s: float) -> float:
     """Throughput (requests/s): completed requests per second, whatever their latency."""
     frame = _requests(requests)
     return float(_done(frame).sum()) / _check.positive("duration_s", duration_s)
 
 
+@_check.guarded
 def goodput(requests, duration_s: float, **limits) -> float:
     """Goodput (requests/s): completed requests meeting every named limit, per second.
 
@@ -211,6 +214,7 @@ def operations_page(requests, duration_s: float, verified: str = "verified",
     """
     if not limits:
         raise ValueError("limits must name at least one latency constraint, e.g. ttft_s=1.0")
+    verified = _check.label("verified", verified)
     if verified in limits:
         raise ValueError(f"verified column {verified!r} must not also be a latency limit")
     return OperationsPage(
@@ -246,9 +250,13 @@ def max_rate(latency_at: Callable[[float], float], target_s: float, upper: float
     float
         The rate (requests/s); ``0.0`` if even a vanishing load misses the target.
     """
+    if not callable(latency_at):
+        raise ValueError(f"latency_at must be a function of the rate, got {latency_at!r}")
     target = _check.positive("target_s", target_s)
     hi = _check.positive("upper", upper)
     tol = _check.positive("rtol", rtol)
+    if tol < 1e-15:
+        raise ValueError(f"rtol must be >= 1e-15 (floating point resolves no finer), got {rtol!r}")
 
     def ok(rate: float) -> bool:
         try:
@@ -259,7 +267,8 @@ def max_rate(latency_at: Callable[[float], float], target_s: float, upper: float
 
     if ok(hi):
         raise ValueError(
-            f"upper must be a rate that misses the target, but latency_at({hi!r}) <= {target!r}"
+            f"upper must be a rate that misses the target, but latency_at({hi!r}) <= "
+            f"target_s={target!r}"
         )
     if not ok(hi * 1e-9):
         return 0.0
@@ -300,7 +309,8 @@ def capped_fcfs(arrival_times, service_times, servers: int = 1,
         admitted flag, one per request in the order given.
     """
     a, s = _check.arrivals_and_services(arrival_times, service_times)
-    c = _check.whole("servers", servers)
+    # More servers than requests never changes the answer (nobody waits): cap the heap.
+    c = min(_check.whole("servers", servers), max(a.size, 1))
     cap = None if queue_cap is None else _check.whole("queue_cap", queue_cap, minimum=0)
     waits = np.full(a.size, np.nan)
     admitted = np.zeros(a.size, dtype=bool)

@@ -36,6 +36,7 @@ __all__ = ["poisson_requests", "summarize", "sweep", "ttft_parts", "tpot_parts",
 _EPS = 1e-9     # tolerance (s) when matching event times to step boundaries
 
 
+@_check.guarded
 def poisson_requests(rate: float, n: int, seed, prompt_tokens=LOCKED.prompt_tokens,
                      output_tokens=LOCKED.output_tokens) -> pd.DataFrame:
     """``n`` requests with Poisson arrivals at ``rate`` requests/s.
@@ -58,8 +59,8 @@ def poisson_requests(rate: float, n: int, seed, prompt_tokens=LOCKED.prompt_toke
         ``arrival_s`` (s, first arrival after one gap), ``prompt_tokens``, ``output_tokens``.
     """
     lam = _check.positive("rate", rate)
-    count = _check.whole("n", n)
-    rng = np.random.default_rng(seed)
+    count = _check.size("n", n)
+    rng = _check.generator("seed", seed)
     arrivals = np.cumsum(rng.exponential(1.0, count)) / lam
     frame = pd.DataFrame({"arrival_s": arrivals})
     for name, value in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
@@ -87,6 +88,7 @@ def _split(result):
     return result, None
 
 
+@_check.renames("result")
 def summarize(result, *, warmup_fraction: float = 0.1, ttft_slo_s: float = LOCKED.ttft_slo_s,
               tpot_slo_s: float = LOCKED.tpot_slo_s) -> dict:
     """Latency percentiles, SLO attainment and goodput of one simulation.
@@ -117,6 +119,10 @@ def summarize(result, *, warmup_fraction: float = 0.1, ttft_slo_s: float = LOCKE
     requests, steps = _split(result)
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"result must hold a DataFrame of requests, got {type(requests).__name__}")
+    _check.table("result", requests, ("arrival_s", "admitted_s", "finish_s", "outcome"))
+    for column in ("arrival_s", "admitted_s", "finish_s"):
+        _check.column(requests, column, "result")
+    _check.array("result['arrival_s']", requests["arrival_s"])
     w = _check.nonnegative("warmup_fraction", warmup_fraction)
     if w >= 1:
         raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction!r}")
@@ -125,7 +131,8 @@ def summarize(result, *, warmup_fraction: float = 0.1, ttft_slo_s: float = LOCKE
     ordered = requests.sort_values("arrival_s", kind="stable")
     kept = ordered.iloc[int(math.floor(w * len(ordered))):]
     if len(kept) < 2:
-        raise ValueError(f"need at least 2 requests after warm-up, got {len(kept)}")
+        raise ValueError(f"result needs at least 2 requests after warm-up (warmup_fraction={w!r} of "
+                         f"{len(ordered)}), got {len(kept)}")
     start = float(kept["arrival_s"].iloc[0])
     last_finish = kept["finish_s"].max()                    # NaN-skipping
     end = float(kept["arrival_s"].iloc[-1])
@@ -177,10 +184,20 @@ def sweep(values: Iterable, run: Callable, *, name: str, **summary_options) -> p
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if not callable(run):
         raise ValueError(f"run must be callable, got {run!r}")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"values must be a sequence of parameter values, got {values!r}")
     values = list(values)
     if not values:
         raise ValueError("values must not be empty")
-    rows = [{name: value, **summarize(run(value), **summary_options)} for value in values]
+    rows = []
+    for i, value in enumerate(values):
+        with _check.naming("values", ("run",)):
+            try:
+                result = run(value)
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"values[{i}] = {value!r}: run failed: {exc}") from exc
+        with _check.naming("run"):
+            rows.append({name: value, **summarize(result, **summary_options)})
     return pd.DataFrame(rows).set_index(name)
 
 
@@ -193,6 +210,7 @@ def _default_cost(replica: Replica) -> float:
     return replica.prefill_rate
 
 
+@_check.renames("requests")
 def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
     """Split each request's TTFT (s) into queue wait, own prefill, and the rest.
 
@@ -211,7 +229,16 @@ def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
     rate = _default_cost(replica)
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a DataFrame, got {type(requests).__name__}")
-    cached = requests["cached_tokens"] if "cached_tokens" in requests else 0
+    _check.table("requests", requests,
+                 ("arrival_s", "admitted_s", "first_token_s", "prompt_tokens", "ttft_s"))
+    _check.request_tokens(requests)
+    _check.array("requests['arrival_s']", requests["arrival_s"])
+    for column in ("admitted_s", "first_token_s", "ttft_s"):
+        if np.isinf(_check.column(requests, column, "requests")).any():
+            raise ValueError(f"requests[{column!r}] must be finite or NaN (not reached)")
+    cached = (_check.array("requests['cached_tokens']", requests["cached_tokens"],
+                           nonnegative_values=True)
+              if "cached_tokens" in requests else 0)
     queue = requests["admitted_s"] - requests["arrival_s"]
     own = (requests["prompt_tokens"] - cached) / rate
     own = own.where(requests["ttft_s"].notna())
@@ -223,6 +250,7 @@ def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
     }, index=requests.index)
 
 
+@_check.renames("requests")
 def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) -> pd.DataFrame:
     """Split each request's TPOT (s/token) into its batch's decode time and prefill stalls.
 
@@ -256,19 +284,22 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
         missing = [c for c in cols if c not in frame.columns]
         if missing:
             raise ValueError(f"{label} is missing column(s) {missing}")
+    for column in ("first_token_s", "finish_s", "tpot_s"):
+        if np.isinf(_check.column(requests, column, "requests")).any():
+            raise ValueError(f"requests[{column!r}] must be finite or NaN (not reached)")
     n = len(requests)
     stall = np.full(n, np.nan)
     batch = np.full(n, np.nan)
     has = requests["tpot_s"].notna().to_numpy()
     rep = requests["replica"].to_numpy()
-    first = requests["first_token_s"].to_numpy(dtype=float)
-    finish = requests["finish_s"].to_numpy(dtype=float)
-    tokens = requests["output_tokens"].to_numpy(dtype=float) - 1
+    first = _check.column(requests, "first_token_s", "requests")
+    finish = _check.column(requests, "finish_s", "requests")
+    tokens = _check.column(requests, "output_tokens", "requests") - 1
     for k, group in steps.groupby("replica", sort=True):
         g = group.sort_values("start_s", kind="stable")
-        start = g["start_s"].to_numpy(dtype=float)
-        pre = np.concatenate([[0.0], np.cumsum(g["prefill_tokens"].to_numpy(dtype=float) / rate)])
-        bat = np.concatenate([[0.0], np.cumsum(g["decode_batch"].to_numpy(dtype=float))])
+        start = _check.column(g, "start_s", "steps")
+        pre = np.concatenate([[0.0], np.cumsum(_check.column(g, "prefill_tokens", "steps") / rate)])
+        bat = np.concatenate([[0.0], np.cumsum(_check.column(g, "decode_batch", "steps"))])
         idx = np.flatnonzero(has & (rep == k))
         lo = np.searchsorted(start, first[idx] - _EPS, side="left")
         hi = np.searchsorted(start, finish[idx] - _EPS, side="left")
@@ -276,11 +307,12 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
         with np.errstate(invalid="ignore", divide="ignore"):
             stall[idx] = (pre[hi] - pre[lo]) / tokens[idx]
             batch[idx] = np.where(count > 0, (bat[hi] - bat[lo]) / count, np.nan)
-    tpot = requests["tpot_s"].to_numpy(dtype=float)
+    tpot = _check.column(requests, "tpot_s", "requests")
     return pd.DataFrame({"tpot_s": tpot, "decode_s": tpot - stall, "stall_s": stall,
                          "mean_batch": batch}, index=requests.index)
 
 
+@_check.guarded
 def first_crossing(x, y, limit: float) -> float | None:
     """The ``x`` where ``y`` first exceeds ``limit``, by linear interpolation.
 
@@ -289,7 +321,7 @@ def first_crossing(x, y, limit: float) -> float | None:
     point and None when ``y`` never exceeds ``limit``.
     """
     xs = _check.array("x", x)
-    ys = np.asarray(y, dtype=float)
+    ys = _check.points("y", y)
     lim = _check.number("limit", limit)
     if ys.shape != xs.shape:
         raise ValueError(f"x and y must have the same length, got {xs.size} and {ys.size}")

@@ -136,6 +136,7 @@ def request_latencies(frame, column: str = "ttft_s", failures: str = "inf") -> n
         Latencies in s, aligned with the rows of ``frame``.
     """
     rule = _rule(failures)
+    column = _check.label("column", column)
     need = (column, "arrival_s", "finish_s") if rule == "censor" else (column,)
     frame = _frame(frame, need)
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
@@ -149,7 +150,7 @@ def request_latencies(frame, column: str = "ttft_s", failures: str = "inf") -> n
         return np.where(done, values, np.inf)
     if rule == "drop":
         return np.where(done, values, np.nan)
-    known = (frame["finish_s"].to_numpy(dtype=float) - frame["arrival_s"].to_numpy(dtype=float))
+    known = (_check.column(frame, "finish_s", "frame") - _check.column(frame, "arrival_s", "frame"))
     if (~done & ~np.isfinite(known)).any():
         i = int(np.argmax(~done & ~np.isfinite(known)))
         raise ValueError(f"failures='censor' needs finish_s for every failed request, "
@@ -287,6 +288,7 @@ def quantile_ways(frame, p: float = 0.99, column: str = "ttft_s") -> dict:
 # --------------------------------------------------------------------------- labels
 
 
+@_check.guarded
 def length_buckets(tokens, edges: Sequence[float], unit: str = "tokens") -> pd.Categorical:
     """Label token counts by bucket edges: ``[e0, e1)``, ... with open ends (ordered).
 
@@ -304,6 +306,7 @@ def length_buckets(tokens, edges: Sequence[float], unit: str = "tokens") -> pd.C
     return pd.Categorical.from_codes(idx, categories=names, ordered=True)
 
 
+@_check.guarded
 def burst_windows(arrival_s, window_s: float, busy_share: float = 0.2,
                   start: float = 0.0) -> tuple[pd.Categorical, np.ndarray]:
     """Label each request by whether its arrival window was among the busiest.
@@ -318,7 +321,11 @@ def burst_windows(arrival_s, window_s: float, busy_share: float = 0.2,
     share = _check.probability("busy_share", busy_share)
     t0 = _check.number("start", start)
     if a.size and a.min() < t0:
-        raise ValueError(f"start must be <= the first arrival {a.min()!r}, got {start!r}")
+        raise ValueError(f"start must be <= the first of arrival_s ({float(a.min())!r} s), "
+                         f"got {start!r}")
+    if a.size:
+        _check.windows(float(a.max() - t0), w, f"arrival_s up to {float(a.max())!r} s, from "
+                                               f"start = {t0!r} s in window_s = {w!r} s")
     idx = np.floor((a - t0) / w).astype(np.int64)
     counts = np.bincount(idx, minlength=int(idx.max()) + 1 if a.size else 0)
     k = max(1, int(round(share * counts.size)))
@@ -381,6 +388,7 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
 
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
+    _check.request_tokens(requests)
     delay = _check.nonnegative("retry_delay_s", retry_delay_s)
     tries = _check.whole("max_retries", max_retries)
     rounds = _check.whole("max_rounds", max_rounds)
@@ -391,7 +399,7 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
     base = requests.reset_index(drop=True).copy()
     base["request"] = np.arange(len(base))
     base["attempt"] = 0
-    base["first_arrival_s"] = base["arrival_s"].to_numpy(dtype=float)
+    base["first_arrival_s"] = _check.column(base, "arrival_s", "requests")
     retries = base.iloc[0:0]
     used = 0
     converged = False
@@ -429,8 +437,12 @@ def simulate_with_retries(requests, replica=None, *, retry_delay_s: float,
 
 def _retry_keys(frame: pd.DataFrame) -> set:
     """(request, attempt, arrival rounded to 1 ns) of each retry row."""
-    return set(zip(frame["request"].tolist(), frame["attempt"].tolist(),
-                   np.round(frame["arrival_s"].to_numpy(dtype=float), 9).tolist(), strict=True))
+    arrival = _check.column(frame, "arrival_s", "requests")
+    # Rounding to 1 ns multiplies by 1e9: leave times past 1e290 s as they are (no overflow).
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.where(np.abs(arrival) < 1e290, np.round(arrival, 9), arrival)
+    return set(zip(frame["request"].tolist(), frame["attempt"].tolist(), rounded.tolist(),
+                   strict=True))
 
 
 # --------------------------------------------------------------------------- agent chains
@@ -458,6 +470,7 @@ def sequential_paths(calls, task: str = "task") -> pd.DataFrame:
     """
     if not isinstance(calls, pd.DataFrame):
         raise ValueError(f"calls must be a pandas DataFrame, got {type(calls).__name__}")
+    task = _check.label("task", task)
     missing = [c for c in (task, "arrival_s", "start_s", "finish_s") if c not in calls.columns]
     if missing:
         raise ValueError(f"calls is missing column(s) {missing}; it has {list(calls.columns)}")

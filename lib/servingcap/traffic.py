@@ -69,7 +69,8 @@ def load_trace(name: str) -> pd.DataFrame:
         One of :data:`TRACES` (``"azure_conv"``, ``"azure_code"``, ``"mooncake"``), or
         a path to a file in one of the two formats: an Azure-style CSV with columns
         ``TIMESTAMP, ContextTokens, GeneratedTokens``, or a Mooncake-style JSON-lines
-        file with ``timestamp`` (ms), ``input_length``, ``output_length``.
+        file with ``timestamp`` (numbers in milliseconds, from the trace start or the
+        Unix epoch, or ISO 8601 strings), ``input_length``, ``output_length``.
 
     Returns
     -------
@@ -79,8 +80,9 @@ def load_trace(name: str) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        For an unknown name, a missing column, or values that are not valid
-        (unparseable times, negative or non-integer token counts).
+        For an unknown name, an empty or unparseable file, a missing column, or values
+        that are not valid (unparseable or mixed-type times, negative, non-integer or
+        larger than ``_check.MAX_TOKENS`` token counts); the message names the file.
     FileNotFoundError
         When the file is not there.
     """
@@ -104,7 +106,10 @@ def _require(frame: pd.DataFrame, columns, path: Path) -> None:
 
 
 def _read_azure(path: Path) -> pd.DataFrame:
-    frame = pd.read_csv(path)
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path.name}: not a readable CSV trace ({exc})") from exc
     _require(frame, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], path)
     try:
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601")
@@ -119,17 +124,61 @@ def _read_azure(path: Path) -> pd.DataFrame:
 
 def _read_mooncake(path: Path) -> pd.DataFrame:
     try:
-        frame = pd.read_json(path, lines=True)
-    except ValueError as exc:
+        # dtype=False: pandas would otherwise turn a "timestamp" column of
+        # epoch numbers or ISO strings into datetimes (nanoseconds), which then read as
+        # milliseconds stretch the trace; _mooncake_seconds decides the unit instead.
+        frame = pd.read_json(path, lines=True, dtype=False)
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path.name}: not valid JSON lines ({exc})") from exc
+    if frame.empty:
+        raise ValueError(f"{path.name}: the trace has no requests")
     _require(frame, ["timestamp", "input_length", "output_length"], path)
-    stamps = pd.to_numeric(frame["timestamp"], errors="coerce")
-    out = pd.DataFrame({"arrival_s": (stamps - stamps.min()) / 1000.0,
+    out = pd.DataFrame({"arrival_s": _mooncake_seconds(frame["timestamp"], path),
                         "prompt_tokens": frame["input_length"],
                         "output_tokens": frame["output_length"]})
     if "hash_ids" in frame.columns:
         out["hash_ids"] = frame["hash_ids"]
     return out
+
+
+def _mooncake_seconds(stamps: pd.Series, path: Path) -> pd.Series:
+    """Seconds since the first request from a JSONL ``timestamp`` column.
+
+    Numbers are milliseconds (Mooncake's unit, from the trace start or from the Unix
+    epoch: only differences matter); strings are ISO 8601 date-times (a time zone
+    offset is honoured, none means UTC). Anything else, or a mix, is refused.
+    """
+    kinds = {type(v).__name__ for v in stamps}
+    if stamps.dtype.kind in "iuf":
+        ms = stamps.astype(float)
+        if ms.isna().any() or not np.isfinite(ms).all():
+            row = int((~np.isfinite(ms.to_numpy())).argmax())
+            raise ValueError(f"{path.name}: row {row} has a missing or unparseable timestamp "
+                             f"({stamps.iloc[row]!r})")
+        first = float(ms.min())
+        # Epoch milliseconds lie in [1e11, 1e14) (years 1973 to 5138). A trace starting
+        # past 1e9 outside that range is in another epoch unit (1.7e9 seconds, 1.7e15
+        # microseconds, 1.7e18 nanoseconds): refuse rather than stretch or squeeze it.
+        if first >= 1e9 and not 1e11 <= first < 1e14:
+            unit = "seconds" if first < 1e11 else "microseconds or nanoseconds"
+            raise ValueError(
+                f"{path.name}: timestamp {first:.6g} looks like a Unix time in {unit}; "
+                "numeric timestamps must be milliseconds (or use ISO 8601 strings)"
+            )
+        return (ms - first) / 1000.0
+    if kinds == {"str"}:
+        try:
+            when = pd.to_datetime(stamps, format="ISO8601", utc=True)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path.name}: timestamp strings must be ISO 8601 date-times "
+                             f"({exc})") from exc
+        return (when - when.min()).dt.total_seconds()
+    row = next((i for i, v in enumerate(stamps) if type(v) is not type(stamps.iloc[0])), 0)
+    raise ValueError(
+        f"{path.name}: row {row} has a missing or unparseable timestamp "
+        f"({stamps.iloc[row]!r}); timestamps must be all numbers (milliseconds) or all "
+        f"ISO 8601 strings, got {sorted(kinds)}"
+    )
 
 
 def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
@@ -140,13 +189,14 @@ def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
         raise ValueError(f"{path.name}: row {row} has a missing or unparseable timestamp")
     for column in ("prompt_tokens", "output_tokens"):
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        bad = ~np.isfinite(values) | (values < 0) | (values != np.round(values))
+        bad = (~np.isfinite(values) | (values < 0) | (values != np.round(values))
+               | (values > _check.MAX_TOKENS))
         if bad.any():
             row = int(bad.argmax())
             raw = frame[column].iloc[row]
             shown = raw.item() if hasattr(raw, "item") else raw
             raise ValueError(f"{path.name}: row {row} has {column} = {shown!r}, "
-                             "expected a whole number of tokens >= 0")
+                             f"expected a whole number of tokens from 0 to {_check.MAX_TOKENS:.0e}")
         frame[column] = values.astype(np.int64)
     frame["arrival_s"] = frame["arrival_s"].astype(float)
     return frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
@@ -156,6 +206,7 @@ def _tidy(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 # Fluid bursts: backlog and drain for piecewise-constant arrival rates
 # ---------------------------------------------------------------------------------------
 
+@_check.guarded
 def burst_backlog(arrival_rate: float, capacity: float, duration_s: float) -> float:
     """Requests queued by a burst that arrives faster than it is served (requests).
 
@@ -170,6 +221,7 @@ def burst_backlog(arrival_rate: float, capacity: float, duration_s: float) -> fl
     return max(lam - mu, 0.0) * t
 
 
+@_check.guarded
 def drain_time(backlog: float, arrival_rate: float, capacity: float) -> float:
     """Seconds to empty ``backlog`` requests while new work keeps arriving (s).
 
@@ -209,6 +261,7 @@ def _profile(rates, durations_s):
     return r, d
 
 
+@_check.guarded
 def balancing_rate(mean_rate: float, rates, durations_s, total_s: float) -> float:
     """Rate the rest of a period must have for the whole period to average ``mean_rate``.
 
@@ -237,6 +290,7 @@ def balancing_rate(mean_rate: float, rates, durations_s, total_s: float) -> floa
     return needed / rest
 
 
+@_check.guarded
 def fluid_backlog(rates, durations_s, capacity: float, times_s,
                   initial_backlog: float = 0.0) -> np.ndarray:
     """Fluid queue length (requests) at ``times_s`` for a piecewise-constant arrival rate.
@@ -265,6 +319,7 @@ def fluid_backlog(rates, durations_s, capacity: float, times_s,
     return backlog[np.searchsorted(grid, t)]
 
 
+@_check.guarded
 def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
     """Sorted arrival times (s) of a Poisson process with a piecewise-constant rate.
 
@@ -273,7 +328,7 @@ def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
     random inside it. ``rng`` is a ``numpy.random.Generator`` (or a seed for one).
     """
     r, d = _profile(rates, durations_s)
-    rng = np.random.default_rng(rng)
+    rng = _check.generator("rng", rng)
     counts = rng.poisson(r * d)
     starts = np.concatenate([[0.0], np.cumsum(d)[:-1]])
     times = np.repeat(starts, counts) + rng.uniform(0.0, 1.0, counts.sum()) * np.repeat(d, counts)
@@ -284,7 +339,18 @@ def piecewise_poisson(rates, durations_s, rng) -> np.ndarray:
 # Burstiness of an arrival stream
 # ---------------------------------------------------------------------------------------
 
-def _arrivals(arrival_s, minimum: int = 1) -> np.ndarray:
+def _arrivals(arrival_s, minimum: int = 1, name: str = "arrival_s") -> np.ndarray:
+    with _check.naming(name):
+        return _arrivals_of(arrival_s, minimum)
+
+
+def _trace_tokens(trace, name: str) -> None:
+    """A trace's token columns, when present, must be whole numbers >= 0."""
+    if isinstance(trace, pd.DataFrame):
+        _check.request_tokens(trace, name)
+
+
+def _arrivals_of(arrival_s, minimum: int) -> np.ndarray:
     if isinstance(arrival_s, pd.DataFrame):
         if "arrival_s" not in arrival_s.columns:
             raise ValueError(
@@ -298,6 +364,7 @@ def _arrivals(arrival_s, minimum: int = 1) -> np.ndarray:
     return a
 
 
+@_check.guarded
 def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     """Arrivals per window: counts in ``[start, start + w), [start + w, start + 2w), ...``.
 
@@ -309,10 +376,12 @@ def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     a = _arrivals(arrival_s)
     w = _check.positive("window_s", window_s)
     t0 = _check.number("start", start)
-    n_windows = int(np.floor((a.max() - t0) / w))
+    n_windows = _check.windows(float(a.max() - t0), w,
+                               f"arrival_s up to {float(a.max())!r} s, from start = {t0!r} s in "
+                               f"window_s = {w!r} s")
     if n_windows < 1:
         raise ValueError(
-            f"window_s = {w!r} s is longer than the span of arrivals after start "
+            f"window_s = {w!r} s is longer than the span of arrival_s after start "
             f"({a.max() - t0!r} s); need at least one complete window"
         )
     index = np.floor((a - t0) / w)
@@ -320,6 +389,7 @@ def window_counts(arrival_s, window_s: float, start: float = 0.0) -> np.ndarray:
     return np.bincount(index[keep].astype(np.int64), minlength=n_windows)
 
 
+@_check.guarded
 def index_of_dispersion(arrival_s, window_s: float, start: float = 0.0) -> float:
     """Variance over mean of the per-window arrival counts (dimensionless).
 
@@ -339,6 +409,7 @@ def index_of_dispersion(arrival_s, window_s: float, start: float = 0.0) -> float
     return float(counts.var(ddof=1) / mean)
 
 
+@_check.guarded
 def peak_to_mean(arrival_s, window_s: float, start: float = 0.0) -> float:
     """Busiest window's arrivals over the mean window's arrivals (dimensionless, >= 1)."""
     counts = window_counts(arrival_s, window_s, start)
@@ -347,6 +418,7 @@ def peak_to_mean(arrival_s, window_s: float, start: float = 0.0) -> float:
     return float(counts.max() / counts.mean())
 
 
+@_check.guarded
 def window_utilization(arrival_s, window_s: float, capacity: float,
                        start: float = 0.0) -> np.ndarray:
     """Offered utilization in each window: arrivals / (capacity * window_s) (dimensionless).
@@ -359,6 +431,7 @@ def window_utilization(arrival_s, window_s: float, capacity: float,
     return window_counts(arrival_s, w, start) / (mu * w)
 
 
+@_check.guarded
 def mean_rate(arrival_s) -> float:
     """Mean arrival rate (requests/s): gaps between first and last arrival over that span.
 
@@ -383,8 +456,10 @@ def rescale_to_rate(trace, target_rate: float):
     times (an array comes back). ``target_rate`` in requests/s.
     """
     target = _check.positive("target_rate", target_rate)
-    a = _arrivals(trace, minimum=2)
-    factor = mean_rate(a) / target
+    _trace_tokens(trace, "trace")
+    a = _arrivals(trace, minimum=2, name="trace")
+    factor = _check.finite_result(mean_rate(a) / target,
+                                  f"mean_rate(trace) / target_rate={target!r}")
     scaled = a[0] + (a - a[0]) * factor
     if isinstance(trace, pd.DataFrame):
         out = trace.copy()
@@ -401,8 +476,9 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
     with mean ``1 / mean_rate(trace)`` seconds. ``seed`` is an int or a
     ``numpy.random.Generator``. Returns the same kind of object it was given.
     """
-    a = _arrivals(trace, minimum=2)
-    rng = np.random.default_rng(seed)
+    _trace_tokens(trace, "trace")
+    a = _arrivals(trace, minimum=2, name="trace")
+    rng = _check.generator("seed", seed)
     gaps = rng.exponential(1.0 / mean_rate(a), a.size - 1)
     times = a[0] + np.concatenate([[0.0], np.cumsum(gaps)])
     if isinstance(trace, pd.DataFrame):
@@ -416,6 +492,7 @@ def poisson_like(trace, seed) -> pd.DataFrame | np.ndarray:
 # Agent call amplification: user tasks are not model requests
 # ---------------------------------------------------------------------------------------
 
+@_check.guarded
 def agent_request_rate(task_rate: float, calls_per_task: float,
                        retry_multiplier: float = 1.0) -> float:
     """Inference requests per second that a stream of user tasks offers the route (requests/s).
@@ -435,6 +512,7 @@ def agent_request_rate(task_rate: float, calls_per_task: float,
     return lam * calls * mult
 
 
+@_check.guarded
 def retry_multiplier(failure_prob: float, max_retries: int | None = None) -> float:
     """Mean requests per call when a failed request is retried (requests/call, >= 1).
 

@@ -58,6 +58,7 @@ __all__ = [
 # --------------------------------------------------------------------------- moments
 
 
+@_check.guarded
 def coefficient_of_variation(samples) -> float:
     """C_v = standard deviation / mean of a sample (dimensionless).
 
@@ -79,6 +80,7 @@ def coefficient_of_variation(samples) -> float:
     return float(x.std()) / mean
 
 
+@_check.guarded
 def variance_penalty(service_cv) -> float:
     """(1 + C_v**2) / 2: the P-K factor by which M/G/1's mean wait exceeds M/M/1's.
 
@@ -89,6 +91,7 @@ def variance_penalty(service_cv) -> float:
     return (1.0 + cv * cv) / 2.0
 
 
+@_check.guarded
 def mean_residual_service(mean_service: float, service_cv: float) -> float:
     """E[S**2] / (2 E[S]) = S (1 + C_v**2) / 2: mean remaining service seen by an arrival (s).
 
@@ -104,11 +107,11 @@ def mean_residual_service(mean_service: float, service_cv: float) -> float:
 
 
 def _rng(rng):
-    return np.random.default_rng(rng)
+    return _check.generator("rng", rng)
 
 
 def _n(n):
-    return _check.whole("n", n, minimum=0)
+    return _check.size("n", n, minimum=0)
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,11 @@ class Bimodal:
     mode_cv: float = 0.25
 
     def __post_init__(self):
+        with _check.overflow(f"Bimodal(mean={self.mean!r}, cv={self.cv!r}, "
+                             f"long_fraction={self.long_fraction!r}, mode_cv={self.mode_cv!r})"):
+            self._validate()
+
+    def _validate(self):
         object.__setattr__(self, "mean", _check.positive("mean", self.mean))
         object.__setattr__(self, "cv", _check.nonnegative("cv", self.cv))
         object.__setattr__(self, "long_fraction",
@@ -302,6 +310,11 @@ class CappedLognormal:
     sigma: float = field(init=False)
 
     def __post_init__(self):
+        with _check.overflow(f"CappedLognormal(mean={self.mean!r}, cv={self.cv!r}, "
+                             f"cap={self.cap!r})"):
+            self._fit()
+
+    def _fit(self):
         m = _check.positive("mean", self.mean)
         cv = _check.positive("cv", self.cv)
         cap = _check.positive("cap", self.cap)
@@ -363,8 +376,11 @@ class Empirical:
         x = _check.array("values", values, nonnegative_values=True)
         if x.size < 2:
             raise ValueError(f"values needs at least 2 values, got {x.size}")
-        if x.mean() <= 0:
-            raise ValueError(f"values must have a positive mean, got {float(x.mean())!r}")
+        with np.errstate(over="ignore"):
+            mean, std = float(x.mean()), float(x.std())
+        _check.finite_result(mean + std, "the mean and standard deviation of values")
+        if mean <= 0:
+            raise ValueError(f"values must have a positive mean, got {mean!r}")
         self.values = x
 
     @property
@@ -384,7 +400,12 @@ class Empirical:
 
     def scaled(self, factor: float) -> Empirical:
         """The same distribution in another unit, e.g. tokens x (s/token) -> seconds."""
-        return Empirical(self.values * _check.positive("factor", factor))
+        factor = _check.positive("factor", factor)
+        with np.errstate(over="ignore"):
+            scaled = self.values * factor
+        _check.finite_result(float(scaled.max()), f"values x factor={factor!r}")
+        with _check.naming("factor"):
+            return Empirical(scaled)
 
     def capped(self, cap: float) -> Empirical:
         """The distribution after a hard cap: every value above ``cap`` becomes ``cap``."""
@@ -394,12 +415,18 @@ class Empirical:
         """The values <= ``threshold`` (or < when ``inclusive=False``), e.g. a short bucket."""
         t = _check.number("threshold", threshold)
         keep = self.values <= t if inclusive else self.values < t
+        return self._subset(keep, f"<{'=' if inclusive else ''} threshold={t!r}")
+
+    def _subset(self, keep, rule: str) -> Empirical:
+        if keep.sum() < 2:
+            raise ValueError(f"only {int(keep.sum())} of {self.values.size} values are {rule}; "
+                             "an empirical distribution needs at least 2")
         return Empirical(self.values[keep])
 
     def above(self, threshold: float) -> Empirical:
         """The values > ``threshold``, e.g. a long bucket."""
         t = _check.number("threshold", threshold)
-        return Empirical(self.values[self.values > t])
+        return self._subset(self.values > t, f"> threshold={t!r}")
 
     def sample(self, n: int, rng) -> np.ndarray:
         """``n`` draws with replacement (unit of the values)."""
@@ -415,7 +442,7 @@ _KINDS = {"lognormal": Lognormal, "gamma": Gamma, "bimodal": Bimodal}
 
 def service_distribution(kind: str, mean: float, cv: float, **options):
     """A sampler by name: ``"lognormal"``, ``"gamma"`` or ``"bimodal"`` (``options`` go to it)."""
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
     return _KINDS[kind](mean, cv, **options)
 
@@ -423,6 +450,7 @@ def service_distribution(kind: str, mean: float, cv: float, **options):
 # --------------------------------------------------------------------------- planning
 
 
+@_check.guarded
 def utilization_for_equal_wait(reference_utilization: float, service_cv: float,
                                reference_cv: float = 1.0) -> float:
     """The utilization at which service with ``service_cv`` waits as long as the reference.
@@ -449,11 +477,13 @@ def utilization_for_equal_wait(reference_utilization: float, service_cv: float,
     """
     rho_ref = _check.nonnegative("reference_utilization", reference_utilization)
     _check.stable(rho_ref, f"reference_utilization={rho_ref:g}")
-    r = rho_ref * variance_penalty(reference_cv) / (1.0 - rho_ref)
+    with _check.naming("reference_cv"):
+        r = rho_ref * variance_penalty(reference_cv) / (1.0 - rho_ref)
     k = variance_penalty(service_cv)
     return r / (r + k)
 
 
+@_check.guarded
 def mgc_mean_wait(arrival_rate: float, mean_service: float, service_cv: float,
                   servers: int = 1) -> float:
     """Mean FCFS wait of an M/G/c queue (s): exact P-K for c = 1, else the standard
@@ -474,9 +504,10 @@ def mgc_mean_wait(arrival_rate: float, mean_service: float, service_cv: float,
     s = _check.positive("mean_service", mean_service)
     k = variance_penalty(service_cv)
     c = _check.whole("servers", servers)
-    return k * MMc(lam, 1.0 / s, c).mean_wait
+    return k * MMc(lam, _check.finite_result(1.0 / s, f"1 / mean_service={s!r}"), c).mean_wait
 
 
+@_check.guarded
 def speedup_for_wait(arrival_rate: float, mean_service: float, service_cv: float,
                      target_wait: float, servers: int = 1) -> float:
     """The factor by which service must get faster (hardware) to bring the mean wait to target.
@@ -523,6 +554,7 @@ def speedup_for_wait(arrival_rate: float, mean_service: float, service_cv: float
                            lo, hi, xtol=1e-12, rtol=1e-12)
 
 
+@_check.guarded
 def max_arrival_rate_for_wait(mean_service: float, service_cv: float, target_wait: float,
                               servers: int = 1) -> float:
     """The largest arrival rate (requests/s) whose mean FCFS wait stays within ``target_wait``.
@@ -559,6 +591,7 @@ def max_arrival_rate_for_wait(mean_service: float, service_cv: float, target_wai
                            top * 1e-9, top, xtol=1e-12, rtol=1e-12)
 
 
+@_check.guarded
 def cap_lengths(values, cap: float) -> np.ndarray:
     """Apply a hard length cap: every value above ``cap`` becomes ``cap`` (same unit).
 
@@ -574,6 +607,7 @@ def cap_lengths(values, cap: float) -> np.ndarray:
     return np.minimum(x, c)
 
 
+@_check.guarded
 def max_cv_under_cap(mean: float, cap: float) -> float:
     """The largest C_v values in [0, cap] with this mean can have: sqrt(cap / mean - 1).
 
@@ -615,12 +649,19 @@ def simulate_fcfs(arrival_rate: float, distribution, n: int, rng, warmup: int = 
         Response times are ``waits + services``.
     """
     lam = _check.positive("arrival_rate", arrival_rate)
-    n = _check.whole("n", n)
-    warmup = _check.whole("warmup", warmup, minimum=0)
+    n = _check.size("n", n)
+    warmup = _check.size("warmup", warmup, minimum=0)
+    if not callable(getattr(distribution, "sample", None)):
+        raise ValueError("distribution must have a sample(n, rng) method (e.g. "
+                         f"variability.Lognormal), got {distribution!r}")
     rng = _rng(rng)
-    total = n + warmup
+    total = _check.size("n + warmup", n + warmup)
     arrivals = poisson_arrivals(lam, total, rng)
-    services = np.asarray(distribution.sample(total, rng), dtype=float)
+    services = _check.array("distribution.sample(n, rng)", distribution.sample(total, rng),
+                            nonnegative_values=True)
+    if services.size != total:
+        raise ValueError(f"distribution.sample(n, rng) must return {total} values, "
+                         f"got {services.size}")
     waits = fcfs_waits(arrivals, services, servers)
     return waits[warmup:], services[warmup:]
 

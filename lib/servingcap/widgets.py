@@ -14,12 +14,27 @@ import ipywidgets as w
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from . import _check
+
 __all__ = ["Explorer", "explorer", "slider"]
 
 
 def slider(value: float, min: float, max: float, step: float, description: str,
            integer: bool = False):
     """A labelled slider (``integer=True`` for whole numbers such as servers)."""
+    if not isinstance(integer, bool):
+        raise ValueError(f"integer must be True or False, got {integer!r}")
+    check = (lambda n, v: _check.whole(n, v, minimum=-(2**31))) if integer else _check.number
+    value, min, max, step = (check(n, v) for n, v in
+                             (("value", value), ("min", min), ("max", max), ("step", step)))
+    if not min < max:
+        raise ValueError(f"min must be < max, got min={min!r}, max={max!r}")
+    if not min <= value <= max:
+        raise ValueError(f"value must be within [min, max] = [{min!r}, {max!r}], got {value!r}")
+    if step <= 0 or step > max - min:
+        raise ValueError(f"step must be in (0, max - min], got {step!r}")
+    if not isinstance(description, str):
+        raise ValueError(f"description must be a string, got {description!r}")
     cls = w.IntSlider if integer else w.FloatSlider
     return cls(value=value, min=min, max=max, step=step, description=description,
                continuous_update=False, style={"description_width": "initial"},
@@ -30,6 +45,8 @@ class Explorer(w.VBox):
     """Sliders on top, the function's result below; re-computed when a slider moves."""
 
     def __init__(self, compute: Callable, controls: dict, title: str):
+        if not callable(compute):
+            raise ValueError(f"compute must be a function of the controls, got {compute!r}")
         self.compute = compute
         self.controls = dict(controls)
         self.title = title

@@ -1,0 +1,128 @@
+"""Running many independent simulations: in this process, on local cores, or on Dask.
+
+Every function of the package that runs many independent simulations (replications,
+sweeps, searches) takes ``executor=`` and hands its tasks to :func:`run_all`:
+
+- ``"auto"`` (the default): a process pool on this machine's cores, shared by every
+  call (started on first use, stopped at exit). Its workers are forked when this
+  process runs a single thread (a plain script needs no ``if __name__ == "__main__"``
+  guard) and spawned otherwise (a Jupyter kernel runs threads, and forking a threaded
+  process is unsafe). It falls back to running in this process when
+  the machine has one core, when there is a single task, or when a task cannot be
+  pickled (e.g. a cost model written as a ``lambda``).
+- ``None``: run in this process, one task after another (the serial path).
+- any :class:`concurrent.futures.Executor` you made (``ThreadPoolExecutor``,
+  ``ProcessPoolExecutor(4)``, ...);
+- a Dask ``distributed.Client`` (``Client("tcp://scheduler:8786")``): tasks go to the
+  cluster through its :meth:`~distributed.Client.get_executor`.
+
+A task carries its own seed (derived with ``numpy.random.SeedSequence.spawn``, see
+:func:`servingcap.stats.replication_seeds`) and results come back in task order, so the
+answer is identical whatever runs it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import pickle
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from . import _check
+
+__all__ = ["AUTO", "run_all", "resolve", "default_workers", "local_pool"]
+
+AUTO = "auto"
+"""The default ``executor``: the shared local process pool (see the module docstring)."""
+
+_POOL: ProcessPoolExecutor | None = None
+_POOL_WORKERS = 0
+
+
+def default_workers() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                       # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
+    """The shared local process pool with ``workers`` processes (default: every core).
+
+    Reused across calls (a new one is started only when the size changes or a worker
+    died) and shut down when Python exits.
+    """
+    global _POOL, _POOL_WORKERS
+    n = default_workers() if workers is None else _check.whole("workers", workers)
+    if _POOL is None or _POOL_WORKERS != n:
+        _shutdown()
+        method = ("fork" if threading.active_count() == 1
+                  and "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        _POOL = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method))
+        _POOL_WORKERS = n
+    return _POOL
+
+
+def _shutdown() -> None:
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        _POOL = None
+
+
+atexit.register(_shutdown)
+
+
+def _is_dask_client(obj) -> bool:
+    return type(obj).__module__.startswith("distributed") and hasattr(obj, "get_executor")
+
+
+def resolve(executor) -> Executor | None:
+    """The :class:`~concurrent.futures.Executor` that ``executor`` stands for, or None
+    for the serial path. Raises ``ValueError`` naming ``executor`` for anything else."""
+    if executor is None:
+        return None
+    if isinstance(executor, str) and executor == AUTO:
+        return local_pool() if default_workers() > 1 else None
+    if isinstance(executor, Executor):
+        return executor
+    if _is_dask_client(executor):
+        return executor.get_executor()
+    raise ValueError("executor must be a concurrent.futures.Executor, a dask "
+                     f"distributed.Client, 'auto' or None, got {executor!r}")
+
+
+def _picklable(*objects) -> bool:
+    try:
+        pickle.dumps(objects)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def run_all(fn: Callable, tasks: Iterable, executor=AUTO) -> list:
+    """``[fn(task) for task in tasks]``, run by ``executor`` (see the module docstring).
+
+    ``fn`` must be a module-level function and each task picklable for a process pool
+    or Dask (with ``"auto"`` an unpicklable task runs in this process instead). Results
+    are in task order.
+    """
+    items = list(tasks)
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {fn!r}")
+    pool = resolve(executor)
+    if pool is None or len(items) <= 1:
+        return [fn(item) for item in items]
+    if isinstance(executor, str) and not _picklable(fn, items):
+        return [fn(item) for item in items]
+    try:
+        return list(pool.map(fn, items))
+    except BrokenProcessPool:
+        if pool is _POOL:
+            _shutdown()                # a worker died (e.g. out of memory): start afresh
+        raise

@@ -1,0 +1,108 @@
+"""The engine's fast path gives the reference engine's rows, bit for bit.
+
+``serving._FAST_PATH = False`` forces the step-by-step reference (``serving._Engine``)
+for every configuration; each case runs both and compares the whole output frame
+exactly (``check_exact=True``: the same floats, not merely close ones).
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+from servingcap import serving
+from servingcap._fast_engine import usable
+from servingcap.serving import Replica, detailed, simulate
+
+
+def requests(n=600, rate=5.0, seed=7, prompt=(200, 3000), outputs=(1, 400)):
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.exponential(1 / rate, n))
+    arrival[10:14] = arrival[10]                        # simultaneous arrivals
+    return pd.DataFrame({
+        "arrival_s": arrival,
+        "prompt_tokens": rng.integers(prompt[0], prompt[1] + 1, n),
+        "output_tokens": rng.integers(outputs[0], outputs[1] + 1, n),
+        "predicted_output_tokens": rng.integers(outputs[0], outputs[1] + 1, n),
+        "priority": rng.integers(0, 3, n),
+        "deadline_s": arrival + rng.uniform(2.0, 30.0, n),
+        "hash_ids": [[int(g), 1000 + 3 * k, 1001 + 3 * k]
+                     for k, g in enumerate(rng.integers(0, 6, n))],
+    })
+
+
+def fast_and_reference(monkeypatch, frame, replica, **options):
+    fast = simulate(frame, replica, **options)
+    monkeypatch.setattr(serving, "_FAST_PATH", False)
+    reference = simulate(frame, replica, **options)
+    monkeypatch.setattr(serving, "_FAST_PATH", True)
+    return fast, reference
+
+
+@detailed
+def detailed_cost(step):
+    """Order-sensitive float sums over each chunk and each decode's context (s)."""
+    seconds = 0.0
+    for chunk, cached in zip(step.prefill_chunks.tolist(), step.prefill_cached.tolist(),
+                             strict=True):
+        seconds += 1e-4 * chunk + 1e-9 * chunk * (chunk + 2 * cached)
+    for context in step.decode_context.tolist():
+        seconds += 3e-7 * context
+    return seconds + (0.008 if step.decode_context.size else 0.0)
+
+
+CASES = {
+    "whole prompts": ({}, {}),
+    "chunk 256": ({"chunk_tokens": 256}, {}),
+    "chunk 97, small batch": ({"chunk_tokens": 97, "max_batch": 4}, {}),
+    "decode table": ({"decode_step_s": {1: 0.012, 16: 0.02, 64: 0.05}, "chunk_tokens": 512}, {}),
+    "decode callable": ({"decode_step_s": lambda b: 0.01 + 0.0007 * b}, {}),
+    "timeouts and queue cap": ({"timeout_s": 4.0, "max_queue": 5, "max_batch": 8,
+                                "chunk_tokens": 300}, {}),
+    "tiered caps, deadline shedding": ({"max_queue": {0: 20, 2: 3}, "shed_past_deadline": True,
+                                        "max_batch": 6, "max_prompt_tokens": 2800},
+                                       {"policy": "priority"}),
+    "sjf": ({"chunk_tokens": 256, "max_batch": 8}, {"policy": "sjf"}),
+    "srpt": ({"max_batch": 8}, {"policy": "srpt"}),
+    "edf": ({"chunk_tokens": 512, "max_batch": 8}, {"policy": "edf"}),
+    "prefix cache": ({"prefix_cache_blocks": 8, "prefix_block_tokens": 128,
+                      "chunk_tokens": 256}, {}),
+    "totals cost model": ({"step_time": lambda p, b, c: 0.01 + 2e-7 * c + p / 9000,
+                           "chunk_tokens": 256}, {}),
+    "detailed cost model": ({"step_time": detailed_cost, "chunk_tokens": 300,
+                             "prefix_cache_blocks": 8, "prefix_block_tokens": 128}, {}),
+}
+ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
+           "round_robin", "pooled"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("router", ROUTERS)
+def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, router):
+    spec, options = CASES[case]
+    replica = Replica(**spec)
+    assert usable(replica, step_log=False, horizon=np.inf)
+    # rate 5/s on 3 replicas of 8 slots loads them enough to queue, time out and shed
+    fast, reference = fast_and_reference(monkeypatch, requests(), replica, replicas=3,
+                                         router=router, seed=11, **options)
+    pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+
+
+def test_one_replica_near_saturation_equal_the_reference_exactly(monkeypatch):
+    # long decode runs cut by arrivals and long chunk runs on one replica
+    frame = requests(n=800, rate=1.2, seed=3)
+    for spec in ({}, {"chunk_tokens": 128}):
+        fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec))
+        pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+
+
+@pytest.mark.parametrize("spec, options", [
+    ({"kv_capacity_tokens": 200_000}, {}),
+    ({"preemptive": True}, {}),
+    ({"mode": "mixed", "max_batched_tokens": 512}, {}),
+    ({"mode": "prefill_first"}, {}),
+    ({}, {"step_log": True}),
+    ({}, {"until_s": 50.0}),
+])
+def test_other_configurations_run_the_reference(spec, options):
+    replica = Replica(**spec)
+    horizon = options.get("until_s", np.inf)
+    assert not usable(replica, options.get("step_log", False), horizon)
