@@ -413,8 +413,13 @@ ENTRIES = [
       run=_run, ttft_slo_s=1.0, tpot_slo_s=0.05, warmup_fraction=0.1),
     E("goodput.goodput_knee", goodput.goodput_knee, offered=[1.0, 2.0, 3.0],
       goodput_rps=[1.0, 1.9, 1.5]),
-    E("goodput.slo_capacity", goodput.slo_capacity, rates=[1.0, 2.0, 3.0],
+    E("goodput.slo_capacity", goodput.slo_capacity, allow_nan=True, rates=[1.0, 2.0, 3.0],
       attainment=[1.0, 0.95, 0.5], target=0.9),
+    E("goodput.capacity_on_grid", goodput.capacity_on_grid, allow_nan=True,
+      rates=[1.0, 2.0, 3.0], attainment=[1.0, 0.95, 0.5], target=0.9),
+    E("goodput.capacity_table", goodput.capacity_table, allow_nan=True,
+      runs={("w", "d"): [RESULT, RESULT]}, rates={"w": [1.0, 2.0]}, target=0.9,
+      warmup_fraction=0.1),
     E("goodput.pool_split", goodput.pool_split, gpus=8, prefill_rps=4.0, decode_rps=2.0),
     E("goodput.attainment", goodput.attainment, requests=RESULT, warmup_fraction=0.1),
     # knee
@@ -658,7 +663,7 @@ NOT_ENTRY_POINTS = {
     "queues.LittleCheck", "sim.LittleMeasurement", "slo.OperationsPage", "fleet.FleetSizing",
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
-    "traffic.data_dir", "plots.use_book_style",
+    "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
 }
 
 

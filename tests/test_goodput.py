@@ -125,3 +125,48 @@ def test_attainment_drops_warmup():
     assert gp.attainment(frame, 0.5, ttft_s=1.0, tpot_s=0.05) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="warmup_fraction must be in"):
         gp.attainment(frame, 1.0, ttft_s=1.0)
+
+
+def test_capacity_below_the_grid_is_not_the_first_rate():
+    # attainment 0 at every rate: the capacity lies below the grid, not at rates[0]
+    rates = [0.26, 0.5, 0.8]
+    found = gp.capacity_on_grid(rates, [0.0, 0.0, 0.0], 0.9)
+    assert found.where == "below the grid" and math.isnan(found.rate)
+    assert found.describe() == "below the grid (< 0.26 req/s)"
+    assert math.isnan(gp.slo_capacity(rates, [0.0, 0.0, 0.0], 0.9))
+    # first point misses but later ones meet: still below the grid (non-monotone noise)
+    assert gp.capacity_on_grid(rates, [0.5, 0.95, 0.2]).where == "below the grid"
+    above = gp.capacity_on_grid(rates, [1.0, 1.0, 0.95], 0.9)
+    assert above.where == "above the grid" and above.describe() == "above the grid (> 0.80 req/s)"
+    on = gp.capacity_on_grid([1.0, 2.0, 3.0, 4.0], [1.0, 0.95, 0.85, 0.1])
+    assert on.where == "on the grid" and on.rate == pytest.approx(2.5)
+    assert on.describe() == "2.50 req/s" and on.describe(".1f", unit="") == "2.5"
+    assert found.describe(unit="") == "below the grid (< 0.26)"
+    with pytest.raises(ValueError, match="same non-zero length, got 0 and 0"):
+        gp.capacity_on_grid([], [])
+    with pytest.raises(ValueError, match="rates must be strictly increasing"):
+        gp.capacity_on_grid([2.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"attainment must lie in \[0, 1\]"):
+        gp.capacity_on_grid([1.0], [1.5])
+
+
+def test_capacity_table_scores_stored_runs():
+    def frame(ttft):   # 10 requests, all with the same TTFT (s) and a 30 ms TPOT
+        return pd.DataFrame({"arrival_s": np.arange(10.0), "ttft_s": ttft, "tpot_s": 0.03,
+                             "max_gap_s": 0.03, "output_tokens": 100, "outcome": "done"})
+
+    rates = {"short": [1.0, 2.0, 3.0]}
+    runs = {("short", "good"): [frame(0.5), frame(0.5), frame(2.0)],
+            ("short", "bad"): [frame(2.0), frame(2.0), frame(2.0)],
+            ("short", "great"): [frame(0.5)] * 3}
+    table = gp.capacity_table(runs, rates, 0.9, 0.0, ttft_s=1.0, tpot_s=0.05)
+    by = table.set_index("design")
+    # attainment 1, 1, 0: the miss fraction crosses 0.1 one tenth of the way from 2 to 3
+    assert by.loc["good", "capacity"] == pytest.approx(2.1)
+    assert by.loc["good", "where"] == "on the grid"
+    assert by.loc["bad", "where"] == "below the grid" and math.isnan(by.loc["bad", "capacity"])
+    assert by.loc["great", "where"] == "above the grid"
+    with pytest.raises(ValueError, match="has 1 runs for 3 rates"):
+        gp.capacity_table({("short", "x"): [frame(0.5)]}, rates)
+    with pytest.raises(ValueError, match="rates has no grid for workload 'long'"):
+        gp.capacity_table({("long", "x"): [frame(0.5)]}, rates)

@@ -13,7 +13,8 @@ book's goodput chapter:
 - an offered-load sweep returning throughput, TTFT goodput and TTFT+TPOT goodput
   (:func:`load_sweep`, built on :func:`servingcap.sweep.summarize`), its knee
   (:func:`goodput_knee`) and the SLO-attainment capacity DistServe calls goodput
-  (:func:`slo_capacity`);
+  (:func:`slo_capacity`, :func:`capacity_on_grid`, which says when the capacity lies
+  below or above the swept grid, and :func:`capacity_table` for many designs at once);
 - the integer split of a GPU budget between a prefill and a decode pool
   (:func:`pool_split`).
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,8 +37,8 @@ from .slo import goodput, slo_attainment, throughput
 from .sweep import first_crossing, summarize
 
 __all__ = ["tokens_per_s", "batch_curve", "best_feasible_batch", "max_feasible_batch",
-           "metric_table", "load_sweep", "goodput_knee", "slo_capacity", "pool_split",
-           "attainment"]
+           "metric_table", "load_sweep", "goodput_knee", "slo_capacity", "capacity_on_grid",
+           "GridCapacity", "capacity_table", "pool_split", "attainment"]
 
 _UNBOUNDED_TPOT_S = 1e9     # a TPOT "limit" no request reaches: TTFT-only goodput
 
@@ -291,27 +293,136 @@ def goodput_knee(offered, goodput_rps) -> float:
     return float(x[int(np.argmax(y))])
 
 
-@_check.guarded
+class GridCapacity(NamedTuple):
+    """Where an SLO-attainment capacity lies on a swept grid of rates.
+
+    ``where`` is ``"on the grid"`` (``rate`` is the interpolated capacity, requests/s),
+    ``"below the grid"`` (the first rate already misses the target: the capacity is
+    somewhere below it and ``rate`` is NaN) or ``"above the grid"`` (the last rate
+    still meets it: the capacity is at least that rate and ``rate`` is NaN).
+    """
+
+    rate: float
+    where: str
+    lowest: float
+    highest: float
+
+    def describe(self, fmt: str = ".2f", unit: str = "req/s") -> str:
+        """The capacity as text: ``"1.23 req/s"``, ``"below the grid (< 0.40 req/s)"``..."""
+        tail = f" {unit}" if unit else ""
+        if self.where == "below the grid":
+            return f"below the grid (< {self.lowest:{fmt}}{tail})"
+        if self.where == "above the grid":
+            return f"above the grid (> {self.highest:{fmt}}{tail})"
+        return f"{self.rate:{fmt}}{tail}"
+
+
+# Not @_check.guarded: NaN is this function's answer when the capacity is off the grid.
+def capacity_on_grid(rates, attainment, target: float = 0.9) -> GridCapacity:
+    """The largest rate whose SLO attainment stays at or above ``target``, and where it lies.
+
+    Parameters
+    ----------
+    rates : array-like of float
+        Offered rates (requests/s, or requests/s/GPU), strictly increasing.
+    attainment : array-like of float
+        SLO attainment (fraction in [0, 1]) measured at each rate.
+    target : float
+        The attainment that defines capacity, in (0, 1) (DistServe uses 0.9).
+
+    The capacity is the first point where the miss fraction ``1 - attainment`` exceeds
+    ``1 - target``, linearly interpolated between grid rates. When the first rate
+    already misses, the grid says only that capacity lies below it: the result is
+    ``"below the grid"`` with ``rate`` NaN, never the first rate (which would read as a
+    capacity the system does not have). When no rate misses it is ``"above the grid"``.
+    """
+    goal = _check.probability("target", target)
+    a = _check.array("attainment", attainment)
+    if ((a < 0) | (a > 1)).any():
+        raise ValueError(f"attainment must lie in [0, 1], got {attainment!r}")
+    x = _check.array("rates", rates)
+    if x.size != a.size or x.size == 0:
+        raise ValueError(f"rates and attainment must have the same non-zero length, "
+                         f"got {x.size} and {a.size}")
+    if x.size > 1 and (np.diff(x) <= 0).any():
+        raise ValueError(f"rates must be strictly increasing, got {rates!r}")
+    crossing = first_crossing(x, 1.0 - a, 1.0 - goal)
+    low, high = float(x[0]), float(x[-1])
+    if crossing is None:
+        return GridCapacity(math.nan, "above the grid", low, high)
+    if 1.0 - a[0] > 1.0 - goal:
+        return GridCapacity(math.nan, "below the grid", low, high)
+    return GridCapacity(float(crossing), "on the grid", low, high)
+
+
+# Not @_check.guarded: NaN means "below the grid" (see capacity_on_grid).
 def slo_capacity(rates, attainment, target: float = 0.9) -> float | None:
     """The largest rate whose SLO attainment stays at or above ``target``.
 
     DistServe's per-GPU goodput is this rate divided by the GPUs used. Found as the
     first point where the miss fraction ``1 - attainment`` exceeds ``1 - target``,
     linearly interpolated between grid rates. Returns None when the grid never crosses
-    (the capacity lies above its last rate) and ``rates[0]`` when the first rate already
-    misses.
+    (the capacity lies above its last rate) and NaN when the first rate already misses
+    (the capacity lies below the grid; it is not ``rates[0]``). Use
+    :func:`capacity_on_grid` to get the verdict with the value.
     """
-    goal = _check.probability("target", target)
-    a = _check.array("attainment", attainment)
-    if ((a < 0) | (a > 1)).any():
-        raise ValueError(f"attainment must lie in [0, 1], got {attainment!r}")
-    r = _check.array("rates", rates)
-    if r.size != a.size or r.size == 0:
-        raise ValueError(f"rates and attainment must have the same non-zero length, "
-                         f"got {r.size} and {a.size}")
-    if r.size > 1 and (np.diff(r) <= 0).any():
-        raise ValueError(f"rates must be strictly increasing, got {rates!r}")
-    return first_crossing(r, 1.0 - a, 1.0 - goal)
+    found = capacity_on_grid(rates, attainment, target)
+    if found.where == "above the grid":
+        return None
+    return found.rate
+
+
+def capacity_table(runs, rates, target: float = 0.9, warmup_fraction: float = 0.1,
+                   **limits) -> pd.DataFrame:
+    """SLO capacity of every (workload, design) pair from the stored runs of rate sweeps.
+
+    Parameters
+    ----------
+    runs : mapping {(workload, design): sequence of DataFrames}
+        The per-request output of one simulation at each rate of the workload's grid.
+    rates : mapping {workload: array-like}
+        The swept rates (requests/s, or requests/s/GPU), increasing, one per run.
+    target : float
+        SLO attainment that defines capacity, in (0, 1).
+    warmup_fraction : float
+        Share of each run's requests (by arrival) dropped as warm-up.
+    **limits
+        The named constraints, e.g. ``ttft_s=1.0, tpot_s=0.05, max_gap_s=1.0`` (s).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per pair: ``workload``, ``design``, ``capacity`` (the rate, NaN when
+        off the grid) and ``where`` (``"on the grid"``, ``"below the grid"``,
+        ``"above the grid"``), as :func:`capacity_on_grid` decides.
+    """
+    if not hasattr(runs, "items") or len(runs) == 0:
+        raise ValueError(f"runs must be a non-empty mapping {{(workload, design): runs}}, "
+                         f"got {runs!r}")
+    if not hasattr(rates, "keys"):
+        raise ValueError(f"rates must be a mapping {{workload: rates}}, got {rates!r}")
+    rows = []
+    for key, outs in runs.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise ValueError(f"runs keys must be (workload, design) pairs, got {key!r}")
+        workload, design = key
+        if workload not in rates:
+            raise ValueError(f"rates has no grid for workload {workload!r}")
+        grid = _check.array("rates", rates[workload])
+        if not isinstance(outs, (list, tuple)):
+            raise ValueError(f"runs[{key!r}] must be a list of run outputs, got {outs!r}")
+        if len(outs) != grid.size:
+            raise ValueError(f"runs[{key!r}] has {len(outs)} runs for {grid.size} rates")
+        try:
+            att = [attainment(out, warmup_fraction, **limits) for out in outs]
+        except ValueError as exc:
+            if "warmup_fraction" in str(exc):
+                raise
+            raise ValueError(f"runs[{key!r}]: {exc}") from exc
+        found = capacity_on_grid(grid, att, target)
+        rows.append({"workload": workload, "design": design, "capacity": found.rate,
+                     "where": found.where})
+    return pd.DataFrame(rows)
 
 
 @_check.guarded
