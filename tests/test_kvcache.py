@@ -131,3 +131,70 @@ def test_saved_tokens_match_the_simulator_prefix_cache():
     assert list(saved) == [0, 3 * 512, 1023]          # a full hit still prefills one token
     out = simulate(reqs, Replica(prefix_cache_blocks=100))
     assert list(out.cached_tokens) == list(saved)
+
+
+# --- conversation-sticky routing (moved out of chapters/kv_memory.ipynb) --------------
+
+def test_sticky_routes_by_hand():
+    ids = [[0, 1], [0, 2], [0, 1, 5], [0], [0, 3], [0, 2, 7]]
+    # work after each: [100,0] -> [100,50] -> conv 1 home 0 [110,50] -> no key, least
+    # work 1 [110,55] -> conv 3 to least work 1 [110,75] -> conv 2 home 1 [110,76]
+    routes = kv.sticky_routes(ids, [100, 50, 10, 5, 20, 1], replicas=2)
+    assert routes.tolist() == [0, 1, 0, 1, 1, 1]
+
+
+def test_sticky_routes_keeps_conversations_together_and_balances_tokens():
+    rng = np.random.default_rng(7)
+    conv = rng.integers(0, 40, 500)
+    ids = [[0, int(c), 1000 + k] for k, c in enumerate(conv)]
+    prompts = rng.integers(100, 4000, 500)
+    routes = kv.sticky_routes(ids, prompts, replicas=4)
+    for c in np.unique(conv):                        # one replica per conversation
+        assert len(set(routes[conv == c])) == 1
+    assert set(routes) <= {0, 1, 2, 3}
+    assert kv.sticky_routes(ids, prompts, replicas=1).tolist() == [0] * 500
+    # key_block=0 (the shared block): everything is one conversation on replica 0
+    assert set(kv.sticky_routes(ids, prompts, replicas=4, key_block=0)) == {0}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"replicas": 0}, "replicas"),
+    ({"replicas": 2, "key_block": -1}, "key_block"),
+    ({"replicas": 2, "prompt_tokens": [1]}, "prompt_tokens has 1"),
+    ({"replicas": 2, "prompt_tokens": [-1, 2]}, "prompt_tokens"),
+    ({"replicas": 2, "hash_ids": ["ab", [0, 1]]}, "hash_ids\\[0\\]"),
+])
+def test_sticky_routes_bad_input(kwargs, match):
+    args = {"hash_ids": [[0, 1], [0, 2]], "prompt_tokens": [10, 20], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        kv.sticky_routes(**args)
+
+
+def test_replay_routed_equals_one_simulation_per_share():
+    rng = np.random.default_rng(3)
+    reqs = pd.DataFrame({"arrival_s": np.sort(rng.uniform(0, 60, 80)),
+                         "prompt_tokens": rng.integers(50, 2000, 80),
+                         "output_tokens": rng.integers(2, 200, 80)})
+    routes = rng.integers(0, 3, 80)
+    out = kv.replay_routed(reqs, Replica(), routes)
+    assert out.index.equals(reqs.index) and out.replica.tolist() == routes.tolist()
+    for k in range(3):
+        alone = simulate(reqs[routes == k], Replica())
+        pd.testing.assert_series_equal(out.ttft_s[routes == k], alone.ttft_s)
+    # everything on one replica is the one-replica simulation
+    pd.testing.assert_series_equal(kv.replay_routed(reqs, Replica(), np.zeros(80, int)).e2e_s,
+                                   simulate(reqs, Replica()).e2e_s)
+
+
+@pytest.mark.parametrize("routes, options, match", [
+    (np.zeros(3, int), {}, "one replica per request"),
+    (np.full(4, -1), {}, "indices"),
+    (np.zeros(4), {}, "indices"),
+    (np.zeros(4, int), {"replicas": 2}, "replicas"),
+    (np.zeros(4, int), {"router": "random"}, "router"),
+])
+def test_replay_routed_bad_input(routes, options, match):
+    reqs = pd.DataFrame({"arrival_s": [0.0, 1, 2, 3], "prompt_tokens": [10] * 4,
+                         "output_tokens": [5] * 4})
+    with pytest.raises(ValueError, match=match):
+        kv.replay_routed(reqs, Replica(), routes, **options)

@@ -77,3 +77,43 @@ def test_constructor_validates_too():
 def test_replace_rejects_unknown_field():
     with pytest.raises(TypeError):
         LOCKED.replace(prefil_rate=1.0)
+
+
+# --- the book's one decode step-time curve (issue 12 item 2) -------------------------
+
+def test_decode_step_table_is_the_two_slos_line_through_the_locked_step():
+    table = LOCKED.decode_step_table
+    assert table[LOCKED.decode_batch] == pytest.approx(LOCKED.decode_step_s)   # 30 ms at 32
+    # t(B) = 10 + 0.625 B ms through (16, 20 ms) and (32, 30 ms); B = 1 from that line
+    assert table[16] == pytest.approx(0.020) and table[1] == pytest.approx(0.010625)
+    assert table[64] == pytest.approx(0.055)
+    assert LOCKED.decode_step_at(24) == pytest.approx(0.010 + 0.000625 * 24)
+    assert LOCKED.decode_step_at(48) == pytest.approx((0.030 + 0.055) / 2)
+
+
+def test_decode_step_table_scales_with_decode_step_s():
+    slower = LOCKED.replace(decode_step_s=0.045)
+    for b, t in LOCKED.decode_step_table.items():
+        assert slower.decode_step_table[b] == pytest.approx(1.5 * t)
+    moved = LOCKED.replace(decode_batch=16)           # 30 ms now at batch 16
+    assert moved.decode_step_table[16] == pytest.approx(0.030)
+
+
+def test_the_simulator_reads_the_table():
+    import pandas as pd
+    from servingcap.serving import Replica, simulate
+    one = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [100], "output_tokens": [11]})
+    out = simulate(one, Replica(decode_step_s=LOCKED.decode_step_table)).iloc[0]
+    assert out.tpot_s == pytest.approx(LOCKED.decode_step_table[1])   # alone: batch 1
+
+
+@pytest.mark.parametrize("curve", [(), ((32, 0.03),), ((16, -0.02), (32, 0.03)),
+                                   ((0, 0.02), (32, 0.03)), "bad", ((1, 2, 3),)])
+def test_bad_decode_curve(curve):
+    with pytest.raises(ValueError, match="decode_curve"):
+        LOCKED.replace(decode_curve=curve)
+
+
+def test_decode_step_at_rejects_bad_batch():
+    with pytest.raises(ValueError, match="batch"):
+        LOCKED.decode_step_at(0)

@@ -12,7 +12,9 @@ often decides how many sequences a replica can admit. This module holds the arit
   versus paged allocation (the PagedAttention argument);
 * :func:`prefix_hits`, :func:`hit_rate`, :func:`saved_prefill_tokens` -- prefix-cache
   reuse measured directly on a trace's block ids (``hash_ids``), with an unbounded or an
-  LRU cache.
+  LRU cache;
+* :func:`sticky_routes`, :func:`replay_routed` -- a conversation-sticky router, so that
+  a conversation's turns find their prefix in one replica's cache, and its replay.
 
 Units: bytes, tokens, blocks (a block holds ``block_tokens`` tokens). Memory sizes are
 plain byte counts; the chapters use decimal gigabytes (1 GB = 10**9 bytes).
@@ -26,14 +28,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from . import _check
+from .serving import simulate
 
 __all__ = [
     "AttentionShape", "LLAMA_3_1_8B", "LLAMA_3_1_8B_PARAMS", "weights_bytes",
     "kv_budget_tokens", "sequences_that_fit", "blocks_per_sequence",
     "internal_fragmentation", "contiguous_reserved", "paged_reserved", "used_fraction",
-    "prefix_hits", "hit_rate", "saved_prefill_tokens",
+    "prefix_hits", "hit_rate", "saved_prefill_tokens", "sticky_routes", "replay_routed",
 ]
 
 
@@ -274,3 +278,70 @@ def saved_prefill_tokens(hits, prompt_tokens, block_tokens: int = 512) -> np.nda
         i = int(np.argmax(prompts < 1))
         raise ValueError(f"prompt_tokens must be >= 1, got {prompts[i]} at index {i}")
     return np.minimum(n_hits * block, prompts - 1)
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def sticky_routes(hash_ids: Sequence[Sequence], prompt_tokens, replicas: int,
+                  key_block: int = 1) -> np.ndarray:
+    """Replica index (0 .. replicas-1) for each request of a conversation-sticky router.
+
+    A conversation is named by its block id at position ``key_block`` of ``hash_ids``
+    (1 for the Mooncake trace, whose block 0 is a system prompt every request shares).
+    The first request of a conversation goes to the replica that has been given the
+    fewest prompt tokens so far (ties: lowest index); every later request of that
+    conversation follows it, so its prefix is in that replica's cache. Requests with no
+    block at ``key_block`` are routed like a first turn and start no conversation.
+    Requests are taken in the given (arrival) order; ``prompt_tokens`` in tokens.
+
+    The engine's ``affinity`` router (:func:`servingcap.serving.simulate`) hashes the
+    *first* block, which on such a trace is the same for every request; this router
+    keys on the conversation instead, without a load bound.
+    """
+    n_replicas = _check.whole("replicas", replicas)
+    key = _check.whole("key_block", key_block, minimum=0)
+    prompts = _lengths("prompt_tokens", prompt_tokens)
+    ids_list = list(hash_ids)
+    if len(ids_list) != prompts.size:
+        raise ValueError(f"hash_ids has {len(ids_list)} requests but prompt_tokens has "
+                         f"{prompts.size}")
+    home: dict = {}
+    work = np.zeros(n_replicas)
+    routes = np.empty(prompts.size, dtype=np.int64)
+    for k, (ids, prompt) in enumerate(zip(ids_list, prompts, strict=True)):
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | np.ndarray):
+            raise ValueError(f"hash_ids[{k}] must be a sequence of block ids, got {ids!r}")
+        conversation = ids[key] if len(ids) > key else None
+        target = home.get(conversation) if conversation is not None else None
+        if target is None:
+            target = int(np.argmin(work))
+            if conversation is not None:
+                home[conversation] = target
+        work[target] += prompt
+        routes[k] = target
+    return routes
+
+
+def replay_routed(requests, replica, routes, **options):
+    """Simulate each replica's routed share of ``requests`` on its own copy of ``replica``.
+
+    ``routes`` gives each request's replica index (e.g. from :func:`sticky_routes`);
+    ``options`` go to :func:`servingcap.serving.simulate` (one replica each, so not
+    ``replicas`` or ``router``). Returns the per-request table in input order, with the
+    ``replica`` column set to the routed index. Equivalent to a fleet whose router made
+    exactly these choices, because replicas share nothing once a request is placed.
+    """
+    for name in ("replicas", "router"):
+        if name in options:
+            raise ValueError(f"replay_routed runs one replica per share; drop {name}="
+                             f"{options[name]!r}")
+    routes = np.asarray(routes)
+    if routes.shape != (len(requests),):
+        raise ValueError(f"routes must give one replica per request ({len(requests)}), "
+                         f"got shape {routes.shape}")
+    if routes.size and (routes.dtype.kind not in "iu" or routes.min() < 0):
+        raise ValueError(f"routes must be replica indices >= 0, got {routes[:5]!r}...")
+    parts = [simulate(requests[routes == k], replica, **options).assign(replica=int(k))
+             for k in np.unique(routes)]
+    return pd.concat(parts).loc[requests.index]

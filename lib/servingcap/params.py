@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import _check
+from .llm import decode_step_time
 
 __all__ = ["ServingParams", "LOCKED"]
 
@@ -35,16 +38,52 @@ class ServingParams:
     """Time-to-first-token objective, p99 (s)."""
     tpot_slo_s: float = 0.050
     """Time-per-output-token objective, p99 (s)."""
+    decode_curve: tuple[tuple[float, float], ...] = ((16, 0.020), (32, 0.030), (64, 0.055))
+    """The decode step-time curve's measured points, ((batch, s), ...): the book's one
+    batch curve (chapter "Two SLOs" derives t(B) = 10 + 0.625 B ms from the first two).
+    Only its shape is used: :attr:`decode_step_table` scales it to pass through
+    (``decode_batch``, ``decode_step_s``), so changing ``decode_step_s`` moves the curve."""
 
     def __post_init__(self):
         for name in ("prefill_rate", "decode_step_s", "ttft_slo_s", "tpot_slo_s"):
             _check.positive(name, getattr(self, name))
         for name in ("decode_batch", "prompt_tokens", "long_prompt_tokens", "output_tokens"):
             _check.whole(name, getattr(self, name))
+        try:
+            points = dict(self.decode_curve)
+        except (TypeError, ValueError):
+            raise ValueError("decode_curve must be ((batch, seconds), ...), got "
+                             f"{self.decode_curve!r}") from None
+        if len(points) < 2:
+            raise ValueError(f"decode_curve needs at least two points, got {self.decode_curve!r}")
+        for batch, seconds in points.items():
+            _check.positive("decode_curve batch", batch)
+            _check.positive(f"decode_curve seconds at batch {batch}", seconds)
 
     def replace(self, **changes) -> ServingParams:
         """A copy with some fields changed, validated like the original."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def decode_step_table(self) -> dict[float, float]:
+        """Decode step time (s) by batch (sequences), for ``Replica(decode_step_s=...)``.
+
+        The points of :attr:`decode_curve` plus batch 1 (extrapolated along the line
+        through the two smallest points, as :func:`servingcap.llm.decode_step_time`
+        does), all scaled by ``decode_step_s / curve(decode_batch)`` so that the table
+        gives ``decode_step_s`` at ``decode_batch``. For the locked set the scale is 1.
+        """
+        points = dict(self.decode_curve)
+        scale = self.decode_step_s / decode_step_time(self.decode_batch, points)
+        table = {1: decode_step_time(1, points), **points}
+        return {b: scale * t for b, t in sorted(table.items())}
+
+    def decode_step_at(self, batch) -> float:
+        """Decode step time (s) at ``batch`` sequences on :attr:`decode_step_table`,
+        linear between its points (as the simulator reads a table)."""
+        b = _check.positive("batch", batch)
+        table = self.decode_step_table
+        return float(np.interp(b, list(table), list(table.values())))
 
     @property
     def prefill_s(self) -> float:
