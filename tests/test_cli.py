@@ -185,6 +185,19 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--trace", "azure_conv", "--prompt-tokens", "10"], "--prompt-tokens"),
     (["--config", "no_such.toml"], "--config"),
     (["--bogus", "3"], "--bogus"),
+    (["--mode", "fastest"], "--mode"),
+    (["--max-batched-tokens", "0"], "--max-batched-tokens"),
+    (["--gpu", "A100-80GB"], "--model-config"),             # a roofline needs both
+    (["--model-config", "Llama-2-7b-hf", "--gpu", "B300"], "--gpu"),
+    (["--model-config", "no_such_model", "--gpu", "A100-80GB"], "--model-config"),
+    (["--model-config", "Llama-2-7b-hf", "--gpu", "A100-80GB",
+      "--flops-efficiency", "1.5"], "--flops-efficiency"),
+    (["--profile", "opt-99b"], "--profile"),
+    (["--profile", "opt-13b:tensorrt"], "--profile"),
+    (["--profile", "opt-13b", "--tp", "3"], "--profile"),   # OPT-13B: TP 1, 2 or 4
+    (["--profile", "opt-13b", "--prefill-rate", "9000"], "--prefill-rate"),
+    (["--profile", "opt-13b", "--gpu", "A100-80GB"], "--profile"),
+    (["--tp", "2"], "--tp"),                                 # no hardware model given
 ])
 def test_bad_input_exits_2_with_one_line_naming_the_option(args, named, capsys):
     # each refusal comes before any simulation, so it is immediate (no hang on huge
@@ -275,8 +288,37 @@ def test_help_documents_every_option_with_units(capsys):
                          ("--budget", "replications"), ("--confidence", "(0, 1)"),
                          ("--holds", "hold times"), ("--workers", "processes"),
                          ("--scheduler", "Dask"), ("--max-replicas", "replicas"),
-                         ("--no-progress", "stderr"), ("--config", "TOML")]:
+                         ("--no-progress", "stderr"), ("--config", "TOML"),
+                         ("--mode", "prefill_first"), ("--max-batched-tokens", "tokens"),
+                         ("--model-config", "config.json"), ("--gpu", "A100-80GB"),
+                         ("--tp", "GPUs"), ("--flops-efficiency", "FLOP/s"),
+                         ("--bandwidth-efficiency", "bandwidth"), ("--profile", "DistServe")]:
         assert option in entries, (option, sorted(entries))
         assert unit in entries[option], (option, unit, entries[option])
     status, out, _ = main_in_process(["--help"], capsys)
-    assert status == 0 and "plan" in out
+    assert status == 0 and "plan" in out and "calibrate" in out
+
+
+def test_the_report_names_the_cost_model_and_the_mode(capsys):
+    # A hardware cost model replaces --prefill-rate/--decode-step-ms; the report's
+    # "Cost model" line is the model's own description, and the plan's closed form uses it.
+    from servingcap.roofline import Roofline
+    hw = ["--model-config", "Llama-2-7b-hf", "--gpu", "A100-80GB",
+          "--flops-efficiency", "0.64", "--bandwidth-efficiency", "0.54"]
+    fast = [a for a in FAST if a not in ("--prefill-rate", "8000", "--decode-step-ms", "20")]
+    status, out, err = main_in_process(["plan", *fast, *hw, "--mode", "mixed",
+                                        "--max-batched-tokens", "2048"], capsys)
+    assert status == 0, err
+    cost = Roofline("Llama-2-7b-hf", "A100-80GB", flops_efficiency=0.64,
+                    bandwidth_efficiency=0.54)
+    assert f"Cost model: {cost.describe()}" in out
+    assert "mixed steps of at most 2048 tokens" in out
+    replica = Replica(step_time=cost, max_batch=8, mode="mixed", max_batched_tokens=2048)
+    hold = hold_time(FAST_WORK, replica)
+    assert re.search(rf"T_hold = .* = {hold:.3g} s per request", out)
+
+
+def test_calibrate_is_a_subcommand(capsys, tmp_path):
+    status, out, err = main_in_process(["calibrate", str(tmp_path / "missing.json")], capsys)
+    assert status == 2 and out == ""
+    assert err.startswith("python -m servingcap calibrate: error:") and "missing.json" in err
