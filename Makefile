@@ -90,6 +90,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fcfs_vs_ciw.py
 	$(BIN)/python bench/serving_replay.py
 	$(BIN)/python bench/engine_speedup.py
+	$(BIN)/python bench/plan_speed.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests bench

@@ -2,7 +2,9 @@
 
 Modules, one idea each:
 
-- :mod:`servingcap.queues`      closed forms: Little's law, M/M/1, M/G/1, M/M/c, Erlang B/C
+- :mod:`servingcap.queues`      closed forms: Little's law, M/M/1, M/G/1, M/M/c, Erlang B/C,
+                                Kingman's G/G/1
+- :mod:`servingcap.oplaws`      operational laws, the closed-loop law, mean value analysis
 - :mod:`servingcap.knee`        the utilization knee, defined and located
 - :mod:`servingcap.variability` service-time distributions, the variance penalty
 - :mod:`servingcap.sim`         vectorized FCFS queue simulation, Little's-law measurement
@@ -11,6 +13,9 @@ Modules, one idea each:
 - :mod:`servingcap.llm`         prefill/decode phase arithmetic
 - :mod:`servingcap.serving`     iteration-level continuous-batching fleet simulator
 - :mod:`servingcap.costmodel`   fitted step-time models (DistServe form) for the simulator
+- :mod:`servingcap.roofline`    step time from a model config and a GPU spec sheet
+- :mod:`servingcap.profiles`    DistServe's published step-time profiles as cost models
+- :mod:`servingcap.calibrate`   a cost model fitted to a ``vllm bench serve`` result
 - :mod:`servingcap.disagg`      prefill/decode disaggregation on top of the simulator
 - :mod:`servingcap.kvcache`     KV bytes per token, paging, prefix-cache hit rates
 - :mod:`servingcap.slo`         goodput and percentiles that keep failures
@@ -22,6 +27,8 @@ Modules, one idea each:
 - :mod:`servingcap.tails`       tail segmentation and honest percentiles
 - :mod:`servingcap.fleet`       fleet sizing: Little + square-root staffing + spares, routing
 - :mod:`servingcap.planning`    capacity search and the ``python -m servingcap plan`` command
+- :mod:`servingcap.stats`       output analysis: warm-up, replications, intervals, steady state
+- :mod:`servingcap.parallel`    independent simulations on any executor (local pool, Dask)
 - :mod:`servingcap.control`     the capacity control loop (a lagging autoscaler)
 - :mod:`servingcap.baddays`     bad-day workload transforms
 - :mod:`servingcap.params`      the book's locked worked-example parameters
