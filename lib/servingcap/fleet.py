@@ -18,7 +18,10 @@ behind each of the serving simulator's routers; :func:`slot_requests` and
 :func:`slot_replica`, the *slot model* that makes the serving simulator hold each
 request in a slot for ``T_hold`` whatever else runs (prefill and batch effects
 removed, so only slots and routing remain); :func:`gpu_busy`, the per-replica GPU time
-that prefill and decode need when they share a replica; and :func:`serving_cost`.
+that prefill and decode need when they share a replica; :func:`replicated_attainment`,
+the output analysis of :mod:`servingcap.planning` (warm-up cut, interval over
+replications, verdict) for runs it cannot make itself, such as disaggregated pools; and
+:func:`serving_cost`.
 
 Units: requests/s, seconds, slots (concurrent sequences), replicas.
 """
