@@ -18,7 +18,10 @@ behind each of the serving simulator's routers; :func:`slot_requests` and
 :func:`slot_replica`, the *slot model* that makes the serving simulator hold each
 request in a slot for ``T_hold`` whatever else runs (prefill and batch effects
 removed, so only slots and routing remain); :func:`gpu_busy`, the per-replica GPU time
-that prefill and decode need when they share a replica; and :func:`serving_cost`.
+that prefill and decode need when they share a replica; :func:`replicated_attainment`,
+the output analysis of :mod:`servingcap.planning` (warm-up cut, interval over
+replications, verdict) for runs it cannot make itself, such as disaggregated pools; and
+:func:`serving_cost`.
 
 Units: requests/s, seconds, slots (concurrent sequences), replicas.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,7 +49,7 @@ ROUTERS = ("pooled", "least_loaded", "least_requests", "random", "round_robin")
 __all__ = [
     "ROUTERS", "FleetSizing", "size_fleet", "pooled_queue", "split_queue", "GpuBusy", "gpu_busy",
     "routed_waits", "slot_requests", "slot_replica", "FleetSearch", "smallest_fleet",
-    "ServingCost", "serving_cost",
+    "replicated_attainment", "ServingCost", "serving_cost",
 ]
 
 
@@ -319,7 +323,13 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
 
 
 def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool) -> np.ndarray:
-    """Join-the-least router: by outstanding work (slot-seconds) or by request count."""
+    """Join-the-least router: by outstanding work (slot-seconds) or by request count.
+
+    Outstanding work at time ``t`` on a replica is ``sum(f - max(b, t))`` over its
+    requests not yet finished (start ``b``, finish ``f``). Within one FCFS replica the
+    starts are non-decreasing, so it is kept in O(1) per event: the sum of ``f``, the
+    queue of starts still ahead of ``t`` (and their sum), and the count in service.
+    """
     if a.size and (np.diff(a) < 0).any():
         i = int(np.argmax(np.diff(a) < 0)) + 1
         raise ValueError(
@@ -328,28 +338,39 @@ def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool)
     free = [[-math.inf] * slots for _ in range(n)]   # per replica: heap of slot free times
     leave = [[] for _ in range(n)]                   # per replica: heap of departure times
     load = [0] * n
-    spans = [[] for _ in range(n)]                   # per replica: (start, finish) not done
+    ahead = [deque() for _ in range(n)]              # per replica: starts still to come
+    ahead_sum = [0.0] * n                            # their sum (s)
+    serving = [0] * n                                # requests in service
+    finish_sum = [0.0] * n                           # finish times of those outstanding
     for i, (arrive, serve) in enumerate(zip(a.tolist(), s.tolist(), strict=True)):
+        work = []
         for k in range(n):
+            queue = ahead[k]
+            while queue and queue[0] <= arrive:
+                ahead_sum[k] -= queue.popleft()
+                serving[k] += 1
             out = leave[k]
             while out and out[0] <= arrive:
-                heapq.heappop(out)
+                finish_sum[k] -= heapq.heappop(out)
                 load[k] -= 1
-        if by_work:
-            work = []
-            for k in range(n):
-                spans[k] = [(b, f) for b, f in spans[k] if f > arrive]
-                work.append(sum(f - (b if b > arrive else arrive) for b, f in spans[k]))
-            k = min(range(n), key=work.__getitem__)
-        else:
-            k = min(range(n), key=load.__getitem__)
+                serving[k] -= 1
+            if load[k] == 0:                             # exact zero: ties stay ties
+                finish_sum[k] = ahead_sum[k] = 0.0
+            if by_work:
+                work.append(finish_sum[k] - ahead_sum[k] - arrive * serving[k])
+        k = min(range(n), key=(work if by_work else load).__getitem__)
         earliest = free[k][0]
         start = arrive if arrive > earliest else earliest
         waits[i] = start - arrive
         heapq.heapreplace(free[k], start + serve)
         heapq.heappush(leave[k], start + serve)
         load[k] += 1
-        spans[k].append((start, start + serve))
+        finish_sum[k] += start + serve
+        if start > arrive:
+            ahead[k].append(start)
+            ahead_sum[k] += start
+        else:
+            serving[k] += 1
     return waits
 
 
@@ -504,6 +525,94 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
             bad = mid
     trials = pd.DataFrame(rows).sort_values("replicas").reset_index(drop=True)
     return FleetSearch(replicas=good, trials=trials)
+
+
+def replicated_attainment(runs, limits, target: float = 0.99,
+                          confidence: float = 0.95) -> dict:
+    """SLO attainment of independent replications, with its interval and a verdict.
+
+    For runs that :mod:`servingcap.planning` cannot make itself (e.g. the two chained
+    simulations of :func:`servingcap.disagg.simulate_disaggregated`), the same output
+    analysis: each run's warm-up is cut by MSER-5 on the other runs' average TTFT
+    (:func:`servingcap.stats.warmup_cuts`); each replication gives one attainment (the
+    share of kept requests that finished within every limit) and one p99 TTFT; the
+    interval is Student-t across replications (:func:`servingcap.stats.mean_ci`); the
+    verdict is ``"unstable"`` when at least half the runs fail
+    :func:`servingcap.stats.steady_state` (TTFT judged against the TTFT limit, misses
+    against the share ``1 - target`` allows), else ``meets`` / ``misses`` /
+    ``undecided`` from the interval.
+
+    Parameters
+    ----------
+    runs : sequence of DataFrame
+        One per-request output per replication (``arrival_s``, ``ttft_s``, ``tpot_s``,
+        ``outcome`` and each limited column), each from its own seed.
+    limits : mapping
+        Column -> limit in seconds, e.g. ``{"ttft_s": 1.0, "tpot_s": 0.05}``.
+    target : float
+        Attainment to reach, in (0, 1).
+    confidence : float
+        Level of the intervals, in (0, 1).
+
+    Returns
+    -------
+    dict
+        ``attainment``, ``attainment_low``, ``attainment_high`` (fractions),
+        ``ttft_p99_s``, ``ttft_p99_low``, ``ttft_p99_high``, ``tpot_p99_s`` (s, mean
+        over replications), ``replications``, ``run_s`` (mean simulated seconds after
+        warm-up), ``verdict``.
+    """
+    from . import stats
+
+    goal = _check.probability("target", target)
+    conf = _check.probability("confidence", confidence)
+    if isinstance(runs, pd.DataFrame) or not isinstance(runs, (list, tuple)) or not runs:
+        raise ValueError(f"runs must be a non-empty list of per-request DataFrames, "
+                         f"got {type(runs).__name__}")
+    if not hasattr(limits, "items") or not limits:
+        raise ValueError(f"limits must be a non-empty mapping column -> seconds, "
+                         f"got {limits!r}")
+    lim = {str(k): _check.positive(f"limits[{k!r}]", v) for k, v in limits.items()}
+    columns = ("arrival_s", "ttft_s", "tpot_s", "outcome", *lim)
+    series = []
+    for i, frame in enumerate(runs):
+        _check.table(f"runs[{i}]", frame, tuple(dict.fromkeys(columns)), minimum=20)
+        frame = frame.sort_values("arrival_s", kind="stable")
+        done = (frame["outcome"] == "done").to_numpy()
+        ok = done.copy()
+        for column, limit in lim.items():
+            values = frame[column].to_numpy(dtype=float)
+            ok &= np.isnan(values) | (values <= limit)
+        ttft = np.where(done, frame["ttft_s"].to_numpy(dtype=float), np.inf)
+        finite = ttft[np.isfinite(ttft)]
+        signal = np.where(np.isfinite(ttft), ttft, finite.max() if finite.size else 0.0)
+        series.append((frame["arrival_s"].to_numpy(dtype=float), ttft, signal, ok,
+                       np.where(done, frame["tpot_s"].to_numpy(dtype=float), np.inf)))
+    cuts = stats.warmup_cuts([s[2] for s in series])
+    per = []
+    for (arrival, ttft, signal, ok, tpot), cut in zip(series, cuts, strict=True):
+        cut = min(cut, arrival.size - 2)
+        steady = (stats.steady_state(signal, scale=lim.get("ttft_s")).steady
+                  and stats.steady_state((~ok).astype(float),
+                                         scale=max(1.0 - goal, 1e-3)).steady)
+        kept_tpot = tpot[cut:][~np.isnan(tpot[cut:])]
+        per.append((float(ok[cut:].mean()),
+                    float(np.quantile(ttft[cut:], 0.99, method="inverted_cdf")),
+                    float(np.quantile(kept_tpot, 0.99, method="inverted_cdf"))
+                    if kept_tpot.size else math.nan,
+                    float(arrival[-1] - arrival[cut]), steady))
+    attain = stats.mean_ci([p[0] for p in per], conf)
+    p99 = [p[1] for p in per]
+    ttft_ci = (stats.mean_ci(p99, conf) if np.isfinite(p99).all()
+               else stats.Estimate(math.inf, math.inf, math.inf, conf, len(p99),
+                                   "not finite"))
+    unstable = 2 * sum(not p[4] for p in per) >= len(per)
+    return {"attainment": attain.value, "attainment_low": max(attain.low, 0.0),
+            "attainment_high": min(attain.high, 1.0), "ttft_p99_s": ttft_ci.value,
+            "ttft_p99_low": ttft_ci.low, "ttft_p99_high": ttft_ci.high,
+            "tpot_p99_s": float(np.mean([p[2] for p in per])),
+            "replications": len(per), "run_s": float(np.mean([p[3] for p in per])),
+            "verdict": "unstable" if unstable else attain.decide(goal)}
 
 
 # --------------------------------------------------------------------------- cost
