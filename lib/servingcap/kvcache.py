@@ -302,12 +302,16 @@ def sticky_routes(hash_ids: Sequence[Sequence], prompt_tokens, replicas: int,
     n_replicas = _check.whole("replicas", replicas)
     key = _check.whole("key_block", key_block, minimum=0)
     prompts = _lengths("prompt_tokens", prompt_tokens)
+    if isinstance(hash_ids, (str, bytes)) or not hasattr(hash_ids, "__iter__"):
+        raise ValueError(f"hash_ids must be a sequence of block-id sequences, one per request, "
+                         f"got {hash_ids!r}")
     ids_list = list(hash_ids)
     if len(ids_list) != prompts.size:
         raise ValueError(f"hash_ids has {len(ids_list)} requests but prompt_tokens has "
                          f"{prompts.size}")
     home: dict = {}
-    work = np.zeros(n_replicas)
+    # more replicas than requests: the extra ones never receive work, so leave them out
+    work = np.zeros(min(n_replicas, max(prompts.size, 1)))
     routes = np.empty(prompts.size, dtype=np.int64)
     for k, (ids, prompt) in enumerate(zip(ids_list, prompts, strict=True)):
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | np.ndarray):
@@ -336,6 +340,8 @@ def replay_routed(requests, replica, routes, **options):
         if name in options:
             raise ValueError(f"replay_routed runs one replica per share; drop {name}="
                              f"{options[name]!r}")
+    requests = _check.requests(requests)
+    _check.request_tokens(requests)
     routes = np.asarray(routes)
     if routes.shape != (len(requests),):
         raise ValueError(f"routes must give one replica per request ({len(requests)}), "
