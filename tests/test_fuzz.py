@@ -61,6 +61,7 @@ from servingcap import (  # noqa: E402
     serving,
     sim,
     slo,
+    stats,
     sweep,
     tails,
     traffic,
@@ -72,7 +73,7 @@ from servingcap._check import UnstableQueueError  # noqa: E402
 FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
-                  "params")
+                  "params", "stats")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -132,6 +133,8 @@ FANOUT_RUN = agents.simulate_fanout(agents.FanOut(), 120.0, 1)
 FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA, replicas=n),
                                     1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
+SERIES = _RNG.exponential(1.0, 200)
+ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
 EMP = variability.Empirical([1.0, 2.0, 3.0, 10.0])
@@ -487,6 +490,20 @@ ENTRIES = [
       decode_batch=32, prompt_tokens=2000, ttft_slo_s=1.0, tpot_slo_s=0.05),
     E("params.ServingParams.replace", lambda prefill_rate: params.LOCKED.replace(
         prefill_rate=prefill_rate), prefill_rate=9000.0),
+    # stats
+    E("stats.mser", stats.mser, values=SERIES, batch=5),
+    E("stats.mean_ci", stats.mean_ci, allow_inf=True, estimates=[1.0, 1.2, 0.9, 1.1], confidence=0.95,
+      what="replications"),
+    E("stats.batch_means_ci", stats.batch_means_ci, values=SERIES, confidence=0.95,
+      batches=10),
+    E("stats.percentile_ci", stats.percentile_ci, allow_inf=True, values=SERIES, p=0.9, confidence=0.95),
+    E("stats.proportion_ci", stats.proportion_ci, successes=90, trials=100, confidence=0.95,
+      method="wilson"),
+    E("stats.Estimate.decide", lambda target: ESTIMATE.decide(target), target=0.9),
+    E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
+    E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
+      max_growth=0.5, scale=1.0),
+    E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
 
@@ -670,6 +687,7 @@ NOT_ENTRY_POINTS = {
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
+    "stats.Estimate", "stats.Warmup", "stats.Verdict",
 }
 
 
