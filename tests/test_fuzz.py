@@ -54,6 +54,7 @@ from servingcap import (  # noqa: E402
     knee,
     kvcache,
     llm,
+    oplaws,
     params,
     plots,
     policies,
@@ -73,7 +74,7 @@ from servingcap._check import UnstableQueueError  # noqa: E402
 FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
-                  "params", "stats")
+                  "params", "stats", "oplaws")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -503,6 +504,16 @@ ENTRIES = [
     E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
     E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
       max_growth=0.5, scale=1.0),
+    # oplaws
+    E("oplaws.utilization_law", oplaws.utilization_law, throughput=2.0, demand=0.3),
+    E("oplaws.throughput_bound", oplaws.throughput_bound, demand=[0.3, 0.1]),
+    E("oplaws.closed_loop_throughput", oplaws.closed_loop_throughput, users=10.0,
+      response_time=2.0, think_time=3.0),
+    E("oplaws.response_time_law", oplaws.response_time_law, users=10.0, throughput=2.0,
+      think_time=3.0),
+    E("oplaws.closed_loop_bounds", oplaws.closed_loop_bounds, users=10.0, lone_response=0.5,
+      demand=[0.3, 0.1], think_time=3.0),
+    E("oplaws.mva", oplaws.mva, users=5, demand=0.3, think_time=3.0),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
@@ -687,7 +698,7 @@ NOT_ENTRY_POINTS = {
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
-    "stats.Estimate", "stats.Warmup", "stats.Verdict",
+    "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
 }
 
 
