@@ -59,6 +59,7 @@ from servingcap import (  # noqa: E402
     plots,
     policies,
     queues,
+    roofline,
     serving,
     sim,
     slo,
@@ -74,7 +75,7 @@ from servingcap._check import UnstableQueueError  # noqa: E402
 FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
-                  "params", "stats", "oplaws")
+                  "params", "stats", "oplaws", "roofline")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -135,6 +136,9 @@ FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA
                                     1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
 SERIES = _RNG.exponential(1.0, 200)
+ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+          "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -514,6 +518,26 @@ ENTRIES = [
     E("oplaws.closed_loop_bounds", oplaws.closed_loop_bounds, users=10.0, lone_response=0.5,
       demand=[0.3, 0.1], think_time=3.0),
     E("oplaws.mva", oplaws.mva, users=5, demand=0.3, think_time=3.0),
+    # roofline
+    E("roofline.Roofline", roofline.Roofline, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
+      flops_efficiency=0.7, bandwidth_efficiency=0.8, overhead_s=0.001, fp8=False),
+    E("roofline.Roofline.prefill_s", lambda prompt_tokens, cached_tokens: ROOF.prefill_s(
+        prompt_tokens, cached_tokens), prompt_tokens=2000, cached_tokens=100),
+    E("roofline.Roofline.decode_s", lambda batch, context_tokens: ROOF.decode_s(
+        batch, context_tokens), batch=8, context_tokens=1000.0),
+    E("roofline.Roofline.breakdown", lambda detail, lm_head: ROOF.breakdown(detail, lm_head),
+      detail=roofline.step([100], [0], [50, 60]), lm_head=True),
+    E("roofline.gpu", roofline.gpu, name="H100-SXM"),
+    E("roofline.gpu_table", roofline.gpu_table, allow_nan=True),
+    E("roofline.model_names", roofline.model_names),
+    E("roofline.measured_steps", roofline.measured_steps, allow_nan=True),
+    E("roofline.model_config", roofline.model_config, source="Llama-3.1-8B", name="llama"),
+    E("roofline.model_config[mapping]", lambda source: roofline.model_config(source),
+      source=CONFIG),
+    E("roofline.fit_efficiency", roofline.fit_efficiency, model="Llama-2-7b-hf",
+      gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
+      lm_head=False),
+    E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
@@ -699,6 +723,8 @@ NOT_ENTRY_POINTS = {
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
     "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
+    # spec records read from data/ (roofline.gpu, roofline.model_config build them)
+    "roofline.GPU", "roofline.ModelSpec",
 }
 
 
