@@ -58,6 +58,7 @@ from servingcap import (  # noqa: E402
     params,
     plots,
     policies,
+    profiles,
     queues,
     roofline,
     serving,
@@ -75,7 +76,8 @@ from servingcap._check import UnstableQueueError  # noqa: E402
 FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
-                  "params", "stats", "oplaws", "roofline")
+                  "params", "stats", "oplaws", "roofline",
+                  "profiles")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -139,6 +141,7 @@ SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
+DS_COST = profiles.distserve_profile()
 ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -538,6 +541,20 @@ ENTRIES = [
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
+    # profiles
+    E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
+      engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
+      overheads=True, hybrid="distserve"),
+    E("profiles.distserve_replica", profiles.distserve_replica, model="opt-13b", tp=1,
+      engine="distserve", kv_capacity_tokens=100000),
+    E("profiles.distserve_max_num_tokens", profiles.distserve_max_num_tokens, model="opt-13b",
+      tp=1, pp=1),
+    E("profiles.DistServeCost.prefill_ms", lambda chunks, cached: DS_COST.prefill_ms(
+        chunks, cached), chunks=[100.0, 200.0], cached=[0.0, 0.0]),
+    E("profiles.DistServeCost.decode_ms", lambda context: DS_COST.decode_ms(context),
+      context=[100.0, 200.0]),
+    E("profiles.DistServeCost.step_ms", lambda detail: DS_COST.step_ms(detail),
+      detail=roofline.step([100], [0], [50, 60])),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
@@ -725,6 +742,7 @@ NOT_ENTRY_POINTS = {
     "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
+    "profiles.DistServeCost",    # built by profiles.distserve_profile
 }
 
 
