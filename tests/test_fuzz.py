@@ -49,6 +49,7 @@ from servingcap import (  # noqa: E402
     autoscale,
     baddays,
     control,
+    costmodel,
     fleet,
     goodput,
     knee,
@@ -77,7 +78,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
-                  "profiles")
+                  "profiles", "costmodel")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -142,6 +143,7 @@ ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
+PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
 ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -555,6 +557,18 @@ ENTRIES = [
       context=[100.0, 200.0]),
     E("profiles.DistServeCost.step_ms", lambda detail: DS_COST.step_ms(detail),
       detail=roofline.step([100], [0], [50, 60])),
+    # costmodel
+    E("costmodel.PhaseCost", costmodel.PhaseCost, prefill=(0.01, 1e-4, 1e-8),
+      decode=(0.02, 1e-6, 1e-4)),
+    E("costmodel.PhaseCost.prefill_s", lambda chunks, cached: PHASE_COST.prefill_s(
+        chunks, cached), chunks=[100.0, 200.0], cached=[0.0, 50.0]),
+    E("costmodel.PhaseCost.decode_s", lambda context: PHASE_COST.decode_s(context),
+      context=[100.0, 200.0]),
+    E("costmodel.PhaseCost.__call__", lambda detail: PHASE_COST(detail),
+      detail=roofline.step([100], [0], [50, 60])),
+    E("costmodel.fit", costmodel.fit,
+      prefill_points=[(100, 0.02), (500, 0.06), (1000, 0.12), (2000, 0.25)],
+      decode_points=[(1, 500, 0.02), (8, 4000, 0.025), (32, 16000, 0.03), (64, 32000, 0.045)]),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
