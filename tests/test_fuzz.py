@@ -56,6 +56,7 @@ from servingcap import (  # noqa: E402
     kvcache,
     llm,
     oplaws,
+    parallel,
     params,
     plots,
     policies,
@@ -78,7 +79,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
-                  "profiles", "costmodel")
+                  "profiles", "costmodel", "parallel")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -569,6 +570,13 @@ ENTRIES = [
     E("costmodel.fit", costmodel.fit,
       prefill_points=[(100, 0.02), (500, 0.06), (1000, 0.12), (2000, 0.25)],
       decode_points=[(1, 500, 0.02), (8, 4000, 0.025), (32, 16000, 0.03), (64, 32000, 0.045)]),
+    # parallel (serial or one-worker pools only: the fuzz starts no worker processes)
+    E("parallel.run_all", parallel.run_all, allow_nan=True, fn=str, tasks=[1.0, 2.0],
+      executor=None),
+    E("parallel.resolve", parallel.resolve, executor=None),
+    E("parallel.default_workers", parallel.default_workers),
+    E("parallel.max_workers", parallel.max_workers),
+    E("parallel.local_pool", parallel.local_pool, workers=1),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
