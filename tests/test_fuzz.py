@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import signal
 import warnings
@@ -48,6 +49,7 @@ from servingcap import (  # noqa: E402
     agents,
     autoscale,
     baddays,
+    calibrate,
     control,
     costmodel,
     fleet,
@@ -79,7 +81,8 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
-                  "profiles", "costmodel", "parallel")
+                  "profiles", "costmodel", "parallel",
+                  "calibrate")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -145,6 +148,7 @@ CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
 PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
+VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
 ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -577,6 +581,18 @@ ENTRIES = [
     E("parallel.default_workers", parallel.default_workers),
     E("parallel.max_workers", parallel.max_workers),
     E("parallel.local_pool", parallel.local_pool, workers=1),
+    # calibrate
+    E("calibrate.load_vllm_result", calibrate.load_vllm_result, allow_nan=True,
+      allow_inf=True,
+      source=str(VLLM_RESULT)),
+    E("calibrate.load_vllm_result[mapping]", lambda source: calibrate.load_vllm_result(source),
+      allow_nan=True, allow_inf=True, source=json.loads(VLLM_RESULT.read_text())),
+    E("calibrate.fit_timeline", calibrate.fit_timeline, source=str(VLLM_RESULT),
+      tolerance_s=0.002),
+    E("calibrate.calibrate", calibrate.calibrate, heavy=True, source=str(VLLM_RESULT),
+      tolerance_s=0.002, max_batch=4),
+    E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
+      requests=REQUESTS, replica=REPLICA, request_rate=2.0),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
@@ -765,6 +781,8 @@ NOT_ENTRY_POINTS = {
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
+    "calibrate.Calibration",
+    "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
 }
 
 
