@@ -52,6 +52,7 @@ from servingcap import (  # noqa: E402
     calibrate,
     control,
     costmodel,
+    disagg,
     fleet,
     goodput,
     knee,
@@ -82,7 +83,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate")
+                  "calibrate", "disagg")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -593,6 +594,17 @@ ENTRIES = [
       tolerance_s=0.002, max_batch=4),
     E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
       requests=REQUESTS, replica=REPLICA, request_rate=2.0),
+    # disagg
+    E("disagg.kv_bytes_per_token", disagg.kv_bytes_per_token, layers=32, kv_heads=8,
+      head_dim=128, bytes_per_value=2.0),
+    E("disagg.kv_transfer_s", disagg.kv_transfer_s, prompt_tokens=[100, 2000],
+      kv_bytes_per_token=131072.0, link_bytes_per_s=25e9, link_latency_s=0.001),
+    E("disagg.decode_pool_replica", disagg.decode_pool_replica, replica=REPLICA),
+    E("disagg.simulate_disaggregated", disagg.simulate_disaggregated, heavy=True,
+      allow_nan=True, requests=REQUESTS, prefill_replica=REPLICA, decode_replica=REPLICA,
+      prefill_replicas=1, decode_replicas=2, kv_bytes_per_token=131072.0,
+      link_bytes_per_s=25e9, link_latency_s=0.001, router="round_robin", policy="sjf",
+      seed=1, until_s=60.0),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
