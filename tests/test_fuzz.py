@@ -61,6 +61,7 @@ from servingcap import (  # noqa: E402
     oplaws,
     parallel,
     params,
+    planning,
     plots,
     policies,
     profiles,
@@ -83,7 +84,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg")
+                  "calibrate", "disagg", "planning")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -150,6 +151,11 @@ CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
 DS_COST = profiles.distserve_profile()
 PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
 VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+LENGTHS = planning.Lengths("exponential", {"mean": 100.0})
+WORKLOAD = planning.PoissonWorkload(500, 50)
+TINY = dict(confidence=0.9, budget=2, holds=2.0, min_requests=100, executor=None)
+CURVE = planning.goodput_curve(WORKLOAD, REPLICA, [1.0, 2.0], limits={"ttft_s": 1.0},
+                               target=0.9, **TINY)
 ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
@@ -605,6 +611,37 @@ ENTRIES = [
       prefill_replicas=1, decode_replicas=2, kv_bytes_per_token=131072.0,
       link_bytes_per_s=25e9, link_latency_s=0.001, router="round_robin", policy="sjf",
       seed=1, until_s=60.0),
+    # planning (tiny designs: 2 replications of >= 100 requests, serial)
+    E("planning.Lengths", planning.Lengths, kind="lognormal",
+      params={"mean": 300.0, "cv": 1.0}),
+    E("planning.Lengths.sample", lambda n, rng: LENGTHS.sample(n, rng), n=10,
+      rng=np.random.default_rng(1)),
+    E("planning.PoissonWorkload", planning.PoissonWorkload, prompt=500, output=50),
+    E("planning.PoissonWorkload.sample", lambda rate, n: WORKLOAD.sample(
+        rate, n, np.random.SeedSequence(0)), rate=2.0, n=10),
+    E("planning.hold_time", planning.hold_time, requests=REQUESTS, replica=REPLICA),
+    E("planning.fluid_rate", planning.fluid_rate, requests=REQUESTS, replica=REPLICA,
+      replicas=2),
+    E("planning.slo_floor", planning.slo_floor, requests=REQUESTS, replica=REPLICA,
+      limits={"ttft_s": 1.0}),
+    E("planning.infeasible", planning.infeasible, requests=REQUESTS, replica=REPLICA,
+      limits={"ttft_s": 1.0}, target=0.9),
+    E("planning.evaluate", planning.evaluate, heavy=True, allow_nan=True, requests=WORKLOAD,
+      replica=REPLICA, rate=1.0, replicas=1, limits={"ttft_s": 1.0}, target=0.9, seed=0,
+      **TINY),
+    E("planning.capacity_search", planning.capacity_search, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, replicas=1, limits={"ttft_s": 1.0}, target=0.9,
+      lo=0.5, hi=30.0, rtol=0.2, **TINY),
+    E("planning.goodput_curve", planning.goodput_curve, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, rates=[1.0, 2.0], limits={"ttft_s": 1.0},
+      target=0.9, **TINY),
+    E("planning.curve_knee", planning.curve_knee, allow_nan=True, curve=CURVE, target=0.9),
+    E("planning.smallest_fleet", planning.smallest_fleet, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, rate=2.0, limits={"ttft_s": 1.0}, target=0.9,
+      start=1, max_replicas=4, **TINY),
+    E("planning.plan", planning.plan, heavy=True, allow_nan=True, requests=WORKLOAD,
+      replica=REPLICA, rate=2.0, limits={"ttft_s": 1.0}, target=0.9, spares=1, beta=2.0,
+      rtol=0.2, max_replicas=4, **TINY),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
@@ -794,6 +831,7 @@ NOT_ENTRY_POINTS = {
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
     "calibrate.Calibration",
+    "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
 }
 
