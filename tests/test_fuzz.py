@@ -3,12 +3,14 @@
 Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``traffic``, ``llm``, ``slo``, ``fleet``, ``kvcache``, ``variability``, ``agents``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
-``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``; the engine
-modules ``serving``, ``costmodel``, ``disagg``, ``planning`` and ``__main__`` are fuzzed
-by their own tests) is listed below with one valid call. The fuzz replaces one argument
-at a time by bad values chosen by the argument's kind -- NaN, +-inf, negative, zero,
-huge, wrong types, ``None``, empty, unsorted, nested, missing or broken columns of a
-table, broken files -- and, for numeric arguments, by random numbers from hypothesis.
+``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
+``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
+``disagg``, ``planning``; the engine ``serving`` and the command line ``__main__`` /
+``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
+The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
+NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
+missing or broken columns of a table, broken files -- and, for numeric arguments, by
+random numbers from hypothesis.
 
 Every call must end, within a deadline of one second, in either
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import signal
 import warnings
@@ -48,19 +51,28 @@ from servingcap import (  # noqa: E402
     agents,
     autoscale,
     baddays,
+    calibrate,
     control,
+    costmodel,
+    disagg,
     fleet,
     goodput,
     knee,
     kvcache,
     llm,
+    oplaws,
+    parallel,
     params,
+    planning,
     plots,
     policies,
+    profiles,
     queues,
+    roofline,
     serving,
     sim,
     slo,
+    stats,
     sweep,
     tails,
     traffic,
@@ -72,7 +84,9 @@ from servingcap._check import UnstableQueueError  # noqa: E402
 FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "variability", "agents", "tails", "admission", "autoscale", "policies",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
-                  "params")
+                  "params", "stats", "oplaws", "roofline",
+                  "profiles", "costmodel", "parallel",
+                  "calibrate", "disagg", "planning")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -132,6 +146,19 @@ FANOUT_RUN = agents.simulate_fanout(agents.FanOut(), 120.0, 1)
 FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA, replicas=n),
                                     1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
+SERIES = _RNG.exponential(1.0, 200)
+ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+          "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
+DS_COST = profiles.distserve_profile()
+PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
+VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+LENGTHS = planning.Lengths("exponential", {"mean": 100.0})
+WORKLOAD = planning.PoissonWorkload(500, 50)
+TINY = dict(confidence=0.9, budget=2, holds=2.0, min_requests=100, executor=None)
+CURVE = planning.goodput_curve(WORKLOAD, REPLICA, [1.0, 2.0], limits={"ttft_s": 1.0},
+                               target=0.9, **TINY)
+ESTIMATE = stats.mean_ci([1.0, 1.2, 0.9, 1.1])
 MMC = queues.MMc(1.0, 1.0, 2)
 LOGN = variability.Lognormal(1.0, 1.0)
 EMP = variability.Empirical([1.0, 2.0, 3.0, 10.0])
@@ -487,6 +514,137 @@ ENTRIES = [
       decode_batch=32, prompt_tokens=2000, ttft_slo_s=1.0, tpot_slo_s=0.05),
     E("params.ServingParams.replace", lambda prefill_rate: params.LOCKED.replace(
         prefill_rate=prefill_rate), prefill_rate=9000.0),
+    # stats
+    E("stats.mser", stats.mser, values=SERIES, batch=5),
+    E("stats.mean_ci", stats.mean_ci, allow_inf=True, estimates=[1.0, 1.2, 0.9, 1.1], confidence=0.95,
+      what="replications"),
+    E("stats.batch_means_ci", stats.batch_means_ci, values=SERIES, confidence=0.95,
+      batches=10),
+    E("stats.percentile_ci", stats.percentile_ci, allow_inf=True, values=SERIES, p=0.9, confidence=0.95),
+    E("stats.proportion_ci", stats.proportion_ci, successes=90, trials=100, confidence=0.95,
+      method="wilson"),
+    E("stats.Estimate.decide", lambda target: ESTIMATE.decide(target), target=0.9),
+    E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
+    E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
+      max_growth=0.5, scale=1.0),
+    # oplaws
+    E("oplaws.utilization_law", oplaws.utilization_law, throughput=2.0, demand=0.3),
+    E("oplaws.throughput_bound", oplaws.throughput_bound, demand=[0.3, 0.1]),
+    E("oplaws.closed_loop_throughput", oplaws.closed_loop_throughput, users=10.0,
+      response_time=2.0, think_time=3.0),
+    E("oplaws.response_time_law", oplaws.response_time_law, users=10.0, throughput=2.0,
+      think_time=3.0),
+    E("oplaws.closed_loop_bounds", oplaws.closed_loop_bounds, users=10.0, lone_response=0.5,
+      demand=[0.3, 0.1], think_time=3.0),
+    E("oplaws.mva", oplaws.mva, users=5, demand=0.3, think_time=3.0),
+    # roofline
+    E("roofline.Roofline", roofline.Roofline, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
+      flops_efficiency=0.7, bandwidth_efficiency=0.8, overhead_s=0.001, fp8=False),
+    E("roofline.Roofline.prefill_s", lambda prompt_tokens, cached_tokens: ROOF.prefill_s(
+        prompt_tokens, cached_tokens), prompt_tokens=2000, cached_tokens=100),
+    E("roofline.Roofline.decode_s", lambda batch, context_tokens: ROOF.decode_s(
+        batch, context_tokens), batch=8, context_tokens=1000.0),
+    E("roofline.Roofline.breakdown", lambda detail, lm_head: ROOF.breakdown(detail, lm_head),
+      detail=roofline.step([100], [0], [50, 60]), lm_head=True),
+    E("roofline.gpu", roofline.gpu, name="H100-SXM"),
+    E("roofline.gpu_table", roofline.gpu_table, allow_nan=True),
+    E("roofline.model_names", roofline.model_names),
+    E("roofline.measured_steps", roofline.measured_steps, allow_nan=True),
+    E("roofline.model_config", roofline.model_config, source="Llama-3.1-8B", name="llama"),
+    E("roofline.model_config[mapping]", lambda source: roofline.model_config(source),
+      source=CONFIG),
+    E("roofline.fit_efficiency", roofline.fit_efficiency, model="Llama-2-7b-hf",
+      gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
+      lm_head=False),
+    E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
+    # profiles
+    E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
+      engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
+      overheads=True, hybrid="distserve"),
+    E("profiles.distserve_replica", profiles.distserve_replica, model="opt-13b", tp=1,
+      engine="distserve", kv_capacity_tokens=100000),
+    E("profiles.distserve_max_num_tokens", profiles.distserve_max_num_tokens, model="opt-13b",
+      tp=1, pp=1),
+    E("profiles.DistServeCost.prefill_ms", lambda chunks, cached: DS_COST.prefill_ms(
+        chunks, cached), chunks=[100.0, 200.0], cached=[0.0, 0.0]),
+    E("profiles.DistServeCost.decode_ms", lambda context: DS_COST.decode_ms(context),
+      context=[100.0, 200.0]),
+    E("profiles.DistServeCost.step_ms", lambda detail: DS_COST.step_ms(detail),
+      detail=roofline.step([100], [0], [50, 60])),
+    # costmodel
+    E("costmodel.PhaseCost", costmodel.PhaseCost, prefill=(0.01, 1e-4, 1e-8),
+      decode=(0.02, 1e-6, 1e-4)),
+    E("costmodel.PhaseCost.prefill_s", lambda chunks, cached: PHASE_COST.prefill_s(
+        chunks, cached), chunks=[100.0, 200.0], cached=[0.0, 50.0]),
+    E("costmodel.PhaseCost.decode_s", lambda context: PHASE_COST.decode_s(context),
+      context=[100.0, 200.0]),
+    E("costmodel.PhaseCost.__call__", lambda detail: PHASE_COST(detail),
+      detail=roofline.step([100], [0], [50, 60])),
+    E("costmodel.fit", costmodel.fit,
+      prefill_points=[(100, 0.02), (500, 0.06), (1000, 0.12), (2000, 0.25)],
+      decode_points=[(1, 500, 0.02), (8, 4000, 0.025), (32, 16000, 0.03), (64, 32000, 0.045)]),
+    # parallel (serial or one-worker pools only: the fuzz starts no worker processes)
+    E("parallel.run_all", parallel.run_all, allow_nan=True, fn=str, tasks=[1.0, 2.0],
+      executor=None),
+    E("parallel.resolve", parallel.resolve, executor=None),
+    E("parallel.default_workers", parallel.default_workers),
+    E("parallel.max_workers", parallel.max_workers),
+    E("parallel.local_pool", parallel.local_pool, workers=1),
+    # calibrate
+    E("calibrate.load_vllm_result", calibrate.load_vllm_result, allow_nan=True,
+      allow_inf=True,
+      source=str(VLLM_RESULT)),
+    E("calibrate.load_vllm_result[mapping]", lambda source: calibrate.load_vllm_result(source),
+      allow_nan=True, allow_inf=True, source=json.loads(VLLM_RESULT.read_text())),
+    E("calibrate.fit_timeline", calibrate.fit_timeline, source=str(VLLM_RESULT),
+      tolerance_s=0.002),
+    E("calibrate.calibrate", calibrate.calibrate, heavy=True, source=str(VLLM_RESULT),
+      tolerance_s=0.002, max_batch=4),
+    E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
+      requests=REQUESTS, replica=REPLICA, request_rate=2.0),
+    # disagg
+    E("disagg.kv_bytes_per_token", disagg.kv_bytes_per_token, layers=32, kv_heads=8,
+      head_dim=128, bytes_per_value=2.0),
+    E("disagg.kv_transfer_s", disagg.kv_transfer_s, prompt_tokens=[100, 2000],
+      kv_bytes_per_token=131072.0, link_bytes_per_s=25e9, link_latency_s=0.001),
+    E("disagg.decode_pool_replica", disagg.decode_pool_replica, replica=REPLICA),
+    E("disagg.simulate_disaggregated", disagg.simulate_disaggregated, heavy=True,
+      allow_nan=True, requests=REQUESTS, prefill_replica=REPLICA, decode_replica=REPLICA,
+      prefill_replicas=1, decode_replicas=2, kv_bytes_per_token=131072.0,
+      link_bytes_per_s=25e9, link_latency_s=0.001, router="round_robin", policy="sjf",
+      seed=1, until_s=60.0),
+    # planning (tiny designs: 2 replications of >= 100 requests, serial)
+    E("planning.Lengths", planning.Lengths, kind="lognormal",
+      params={"mean": 300.0, "cv": 1.0}),
+    E("planning.Lengths.sample", lambda n, rng: LENGTHS.sample(n, rng), n=10,
+      rng=np.random.default_rng(1)),
+    E("planning.PoissonWorkload", planning.PoissonWorkload, prompt=500, output=50),
+    E("planning.PoissonWorkload.sample", lambda rate, n: WORKLOAD.sample(
+        rate, n, np.random.SeedSequence(0)), rate=2.0, n=10),
+    E("planning.hold_time", planning.hold_time, requests=REQUESTS, replica=REPLICA),
+    E("planning.fluid_rate", planning.fluid_rate, requests=REQUESTS, replica=REPLICA,
+      replicas=2),
+    E("planning.slo_floor", planning.slo_floor, requests=REQUESTS, replica=REPLICA,
+      limits={"ttft_s": 1.0}),
+    E("planning.infeasible", planning.infeasible, requests=REQUESTS, replica=REPLICA,
+      limits={"ttft_s": 1.0}, target=0.9),
+    E("planning.evaluate", planning.evaluate, heavy=True, allow_nan=True, requests=WORKLOAD,
+      replica=REPLICA, rate=1.0, replicas=1, limits={"ttft_s": 1.0}, target=0.9, seed=0,
+      **TINY),
+    E("planning.capacity_search", planning.capacity_search, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, replicas=1, limits={"ttft_s": 1.0}, target=0.9,
+      lo=0.5, hi=30.0, rtol=0.2, **TINY),
+    E("planning.goodput_curve", planning.goodput_curve, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, rates=[1.0, 2.0], limits={"ttft_s": 1.0},
+      target=0.9, **TINY),
+    E("planning.curve_knee", planning.curve_knee, allow_nan=True, curve=CURVE, target=0.9),
+    E("planning.smallest_fleet", planning.smallest_fleet, heavy=True, allow_nan=True,
+      requests=WORKLOAD, replica=REPLICA, rate=2.0, limits={"ttft_s": 1.0}, target=0.9,
+      start=1, max_replicas=4, **TINY),
+    E("planning.plan", planning.plan, heavy=True, allow_nan=True, requests=WORKLOAD,
+      replica=REPLICA, rate=2.0, limits={"ttft_s": 1.0}, target=0.9, spares=1, beta=2.0,
+      rtol=0.2, max_replicas=4, **TINY),
+    E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
 ]
 
 
@@ -670,6 +828,13 @@ NOT_ENTRY_POINTS = {
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
+    "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
+    # spec records read from data/ (roofline.gpu, roofline.model_config build them)
+    "roofline.GPU", "roofline.ModelSpec",
+    "profiles.DistServeCost",    # built by profiles.distserve_profile
+    "calibrate.Calibration",
+    "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
+    "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
 }
 
 

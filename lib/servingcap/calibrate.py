@@ -83,16 +83,24 @@ def load_vllm_result(source) -> tuple[pd.DataFrame, dict]:
         ``arrivals`` (how arrival times were obtained), ``model_id``, ``backend``.
     """
     if isinstance(source, dict):
-        data, where = source, "benchmark result"
+        data, where = source, "benchmark result (source)"
+    elif not isinstance(source, (str, Path)):
+        raise ValueError(f"source must be a benchmark result file or its parsed dict, got "
+                         f"{source!r}")
     else:
         path = Path(source)
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise ValueError(f"benchmark result {str(source)!r} does not exist") from None
+            raise ValueError(f"benchmark result {str(source)!r} does not exist "
+                             "(source)") from None
         except json.JSONDecodeError as err:
-            raise ValueError(f"benchmark result {str(source)!r} is not JSON: {err}") from None
-        where = str(source)
+            raise ValueError(f"benchmark result {str(source)!r} is not JSON (source): "
+                             f"{err}") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"cannot read benchmark result source={str(source)!r}: "
+                             f"{err}") from None
+        where = f"benchmark result source={str(source)!r}"
     if not isinstance(data, dict):
         raise ValueError(f"{where} must hold one JSON object, got {type(data).__name__}")
     missing = [f for f in REQUIRED_FIELDS if f not in data]
@@ -251,8 +259,9 @@ def fit_timeline(source, tolerance_s: float | None = None) -> tuple[PhaseCost, i
     x, seconds, used = _timeline(requests, tolerance_s)
     keep = seconds > 0
     if keep.sum() < 6:
-        raise ValueError(f"only {int(keep.sum())} steps could be rebuilt from the token times; "
-                         "a fit needs at least 6 (are ITLs recorded per token?)")
+        raise ValueError(f"only {int(keep.sum())} steps could be rebuilt from the token times "
+                         f"merged within tolerance_s={tolerance_s:g}; a fit needs at least 6 "
+                         "(are ITLs recorded per token?)")
     coef = _nonnegative_fit(x[keep], seconds[keep], "benchmark steps")
     return PhaseCost(prefill=coef[:3], decode=coef[3:]), int(keep.sum()), used
 
@@ -311,6 +320,10 @@ def simulated_vllm_result(requests: pd.DataFrame, replica: Replica, *,
     ``requests`` needs ``arrival_s, prompt_tokens, output_tokens``; arrivals are
     written as ``start_times`` (offset by 1,000 s, as ``perf_counter`` values are).
     """
+    requests = _check.requests(requests)
+    _check.request_tokens(requests)
+    if request_rate is not None:
+        request_rate = _check.positive("request_rate", request_rate)
     out, log = simulate(requests, replica, step_log=True)
     done = (out.outcome == "done").to_numpy()
     return {

@@ -49,32 +49,49 @@ class PhaseCost:
 
     def __post_init__(self):
         for phase in ("prefill", "decode"):
-            terms = tuple(getattr(self, phase))
+            with _check.naming(phase):
+                terms = tuple(getattr(self, phase))
             if len(terms) != 3:
                 raise ValueError(f"{phase} must be three coefficients (a, b, c), got {terms!r}")
             clean = tuple(_check.nonnegative(f"{phase}[{i}]", t) for i, t in enumerate(terms))
             object.__setattr__(self, phase, clean)
 
+    @_check.guarded
     def prefill_s(self, chunks, cached=None) -> float:
         """Time of a prefill batch (s): chunk lengths (tokens) with cached context before each."""
-        n = np.asarray(chunks, dtype=float)
+        n = _check.array("chunks", chunks, nonnegative_values=True)
+        k = None if cached is None else _check.array("cached", cached, nonnegative_values=True)
+        if k is not None and k.shape != n.shape:
+            raise ValueError(f"cached must have one entry per element of chunks, got {k.size} "
+                             f"for {n.size}")
+        return self._prefill_s(n, k)
+
+    def _prefill_s(self, n: np.ndarray, k: np.ndarray | None) -> float:
         if n.size == 0:
             return 0.0
-        k = np.zeros_like(n) if cached is None else np.asarray(cached, dtype=float)
+        k = np.zeros_like(n) if k is None else k
         a, b, c = self.prefill
         return float(a + b * n.sum() + c * (n * (n + 2 * k)).sum())
 
+    @_check.guarded
     def decode_s(self, context) -> float:
         """Time of a decode step (s) over sequences with these context lengths (tokens)."""
-        ctx = np.asarray(context, dtype=float)
+        return self._decode_s(_check.array("context", context, nonnegative_values=True))
+
+    def _decode_s(self, ctx: np.ndarray) -> float:
         if ctx.size == 0:
             return 0.0
         a, b, c = self.decode
         return float(a + b * ctx.sum() + c * ctx.size)
 
     def __call__(self, detail: StepDetail) -> float:
-        return (self.prefill_s(detail.prefill_chunks, detail.prefill_cached)
-                + self.decode_s(detail.decode_context))
+        if not isinstance(detail, StepDetail):
+            raise TypeError(f"detail must be a StepDetail (build one with roofline.step), "
+                            f"got {detail!r}")
+        # the engine's (and roofline.step's) arrays are already finite and >= 0
+        return (self._prefill_s(np.asarray(detail.prefill_chunks, dtype=float),
+                                np.asarray(detail.prefill_cached, dtype=float))
+                + self._decode_s(np.asarray(detail.decode_context, dtype=float)))
 
 
 def _nonnegative_fit(design: np.ndarray, seconds: np.ndarray, what: str) -> tuple:
@@ -103,8 +120,10 @@ def fit(prefill_points, decode_points) -> PhaseCost:
     decode_points : sequence of (batch, context_tokens, seconds)
         Time of one decode step with ``batch`` sequences holding ``context_tokens`` in total.
     """
-    p = np.asarray(prefill_points, dtype=float)
-    d = np.asarray(decode_points, dtype=float)
+    with _check.naming("prefill_points"):
+        p = np.asarray(prefill_points, dtype=float)
+    with _check.naming("decode_points"):
+        d = np.asarray(decode_points, dtype=float)
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f"prefill_points must be rows of (prompt_tokens, seconds), got shape {p.shape}")
     if d.ndim != 2 or d.shape[1] != 3:

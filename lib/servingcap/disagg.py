@@ -41,6 +41,12 @@ __all__ = ["kv_bytes_per_token", "kv_transfer_s", "decode_pool_replica",
            "simulate_disaggregated"]
 
 
+MAX_POOL_REPLICAS = 10**6
+"""Largest pool :func:`simulate_disaggregated` accepts: far past any fleet (the engine
+keeps state for every replica, so a typo such as 10**12 would never finish)."""
+
+
+@_check.guarded
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int,
                        bytes_per_value: float = 2.0) -> float:
     """KV-cache size of one token (bytes): ``2 * layers * kv_heads * head_dim * bytes_per_value``.
@@ -56,6 +62,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int,
     return 2.0 * n_layers * heads * dim * width
 
 
+@_check.guarded
 def kv_transfer_s(prompt_tokens, kv_bytes_per_token: float, link_bytes_per_s: float,
                   link_latency_s: float = 0.0):
     """Time (s) to move a prompt's KV cache between replicas.
@@ -167,11 +174,12 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
             raise ValueError(f"{name} must be a servingcap.serving.Replica, got {value!r}")
     n_pre = _check.whole("prefill_replicas", prefill_replicas)
     n_dec = _check.whole("decode_replicas", decode_replicas)
-    if not isinstance(requests, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(requests).__name__}")
-    if "output_tokens" not in requests.columns:
-        raise ValueError("requests is missing column 'output_tokens'; "
-                         f"has {list(requests.columns)}")
+    for name, count in (("prefill_replicas", n_pre), ("decode_replicas", n_dec)):
+        if count > MAX_POOL_REPLICAS:
+            raise ValueError(f"{name} must be <= {MAX_POOL_REPLICAS:.0e} (the engine keeps "
+                             f"state per replica), got {count!r}")
+    requests = _check.requests(requests, minimum=0)
+    _check.request_tokens(requests)
     output = _check.array("output_tokens", requests["output_tokens"].to_numpy(dtype=float))
     bad = (output < 1) | (output != np.round(output))
     if bad.any():

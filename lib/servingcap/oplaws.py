@@ -36,6 +36,10 @@ __all__ = [
     "mva",
 ]
 
+MAX_MVA_USERS = 10**6
+"""Largest concurrency :func:`mva` evaluates: its recursion is one Python step per client
+count (about a second for a million), far past any benchmark's connection count."""
+
 
 def _demands(demand) -> np.ndarray:
     d = _check.array("demand", np.atleast_1d(demand), nonnegative_values=True)
@@ -44,6 +48,7 @@ def _demands(demand) -> np.ndarray:
     return d
 
 
+@_check.guarded
 def utilization_law(throughput: float, demand: float) -> float:
     """U = X * D: the busy fraction of a resource (0..1).
 
@@ -68,6 +73,7 @@ def utilization_law(throughput: float, demand: float) -> float:
     return u
 
 
+@_check.guarded
 def throughput_bound(demand) -> float:
     """X <= 1 / D_max (requests/s): the bottleneck resource's saturation rate.
 
@@ -76,6 +82,7 @@ def throughput_bound(demand) -> float:
     return float(1.0 / _demands(demand).max())
 
 
+@_check.guarded
 def closed_loop_throughput(users: float, response_time: float, think_time: float = 0.0
                            ) -> float:
     """X = N / (R + Z) (requests/s): the response-time law of a closed loop.
@@ -97,6 +104,7 @@ def closed_loop_throughput(users: float, response_time: float, think_time: float
     return n / (r + z)
 
 
+@_check.guarded
 def response_time_law(users: float, throughput: float, think_time: float = 0.0) -> float:
     """R = N / X - Z (s): the mean response time a closed loop's counts imply.
 
@@ -115,6 +123,7 @@ def response_time_law(users: float, throughput: float, think_time: float = 0.0) 
     return r
 
 
+@_check.guarded
 def closed_loop_bounds(users: float, lone_response: float, demand,
                        think_time: float = 0.0) -> tuple[float, float]:
     """Asymptotic bounds of a closed loop: (max throughput, min mean response time).
@@ -153,6 +162,7 @@ class ClosedLoop:
     """U(N) = X(N) * D, busy fraction of the station."""
 
 
+@_check.guarded
 def mva(users: int, demand: float, think_time: float = 0.0) -> ClosedLoop:
     """Exact mean value analysis: N clients, think time Z, one queueing station.
 
@@ -172,6 +182,9 @@ def mva(users: int, demand: float, think_time: float = 0.0) -> ClosedLoop:
         Z, mean think time between a response and the next request (s), >= 0.
     """
     n_max = _check.whole("users", users)
+    if n_max > MAX_MVA_USERS:
+        raise ValueError(f"users must be <= {MAX_MVA_USERS:.0e} (the recursion runs once per "
+                         f"client count), got {users!r}")
     d = _check.positive("demand", demand)
     z = _check.nonnegative("think_time", think_time)
     x = np.empty(n_max)

@@ -34,7 +34,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from . import _check
 
-__all__ = ["AUTO", "run_all", "resolve", "default_workers", "local_pool"]
+__all__ = ["AUTO", "run_all", "resolve", "default_workers", "max_workers", "local_pool"]
 
 AUTO = "auto"
 """The default ``executor``: the shared local process pool (see the module docstring)."""
@@ -51,6 +51,13 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def max_workers() -> int:
+    """Most processes :func:`local_pool` starts: 4 x :func:`default_workers`, at least
+    64. A pool starts all its workers at its first task, so a typo such as
+    ``workers=10**6`` would otherwise fork a million processes."""
+    return max(64, 4 * default_workers())
+
+
 def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """The shared local process pool with ``workers`` processes (default: every core).
 
@@ -59,6 +66,10 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """
     global _POOL, _POOL_WORKERS
     n = default_workers() if workers is None else _check.whole("workers", workers)
+    limit = max_workers()
+    if n > limit:
+        raise ValueError(f"workers must be <= {limit} (4 x the {default_workers()} cores this "
+                         f"process may use, at least 64), got {workers!r}")
     if _POOL is None or _POOL_WORKERS != n:
         _shutdown()
         method = ("fork" if threading.active_count() == 1
@@ -112,6 +123,8 @@ def run_all(fn: Callable, tasks: Iterable, executor=AUTO) -> list:
     or Dask (with ``"auto"`` an unpicklable task runs in this process instead). Results
     are in task order.
     """
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+        raise ValueError(f"tasks must be an iterable of task arguments, got {tasks!r}")
     items = list(tasks)
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")

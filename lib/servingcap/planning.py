@@ -120,7 +120,7 @@ class Lengths:
     params: Mapping
 
     def __post_init__(self):
-        if self.kind not in _DISTRIBUTIONS:
+        if not isinstance(self.kind, str) or self.kind not in _DISTRIBUTIONS:
             raise ValueError(f"kind must be one of {', '.join(_DISTRIBUTIONS)}, got {self.kind!r}")
         keys = _DISTRIBUTIONS[self.kind]
         if not isinstance(self.params, Mapping) or set(self.params) != set(keys):
@@ -149,6 +149,8 @@ class Lengths:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` whole token counts >= 1 (int64) drawn with ``rng``."""
+        n = _check.size("n", n, minimum=0)
+        rng = _check.generator("rng", rng)
         p = self.params
         if self.kind == "fixed":
             x = np.full(n, p["value"])
@@ -196,11 +198,22 @@ class PoissonWorkload:
     def sample(self, rate: float, n: int, seed: np.random.SeedSequence) -> pd.DataFrame:
         """``n`` requests at ``rate`` requests/s drawn from ``seed`` (first arrival after
         one gap): ``arrival_s``, ``prompt_tokens``, ``output_tokens``."""
+        rate = _check.positive("rate", rate)
+        n = _check.size("n", n, minimum=0)
+        if not isinstance(seed, np.random.SeedSequence):
+            raise ValueError(f"seed must be a numpy SeedSequence, got {seed!r}")
+
         def stream(j):
             return np.random.default_rng(np.random.SeedSequence(
                 seed.entropy, spawn_key=(*seed.spawn_key, j)))
         gaps = stream(0).exponential(1.0, n)
-        return pd.DataFrame({"arrival_s": np.cumsum(gaps) / rate,
+        with np.errstate(over="ignore"):
+            arrival = np.cumsum(gaps) / rate
+        if not np.isfinite(arrival).all():
+            raise _check.NumericOverflowError(
+                f"rate={rate!r} req/s spreads {n} arrivals past floating point; use a "
+                "larger rate")
+        return pd.DataFrame({"arrival_s": arrival,
                              "prompt_tokens": self.prompt.sample(n, stream(1)),
                              "output_tokens": self.output.sample(n, stream(2))})
 
@@ -237,6 +250,7 @@ def _source(requests):
 
 def _workload(requests) -> pd.DataFrame:
     _check.requests(requests, minimum=2)  # a rate needs at least one gap
+    _check.request_tokens(requests)
     mean_rate(requests)     # raises if every arrival is at the same instant
     return requests
 
@@ -268,6 +282,35 @@ def _seed(seed) -> int:
     return int(seed)
 
 
+MIN_RTOL = 1e-6
+"""Smallest relative tolerance of a capacity search (each halving costs simulations)."""
+MIN_RATE = 1e-9
+"""Smallest search bound (req/s): one request in about 30 years."""
+MAX_FLEET = 10**6
+"""Most replicas one simulated fleet may have: far past any fleet (the engine keeps state
+per replica, so a typo such as 10**12 would never finish)."""
+
+
+def _rtol(rtol) -> float:
+    tol = _check.positive("rtol", rtol)
+    if not MIN_RTOL <= tol < 1:
+        raise ValueError(f"rtol must be in [{MIN_RTOL:g}, 1), got {rtol!r}")
+    return tol
+
+
+def _rate_bound(name: str, value) -> float:
+    rate = _check.positive(name, value)
+    if rate < MIN_RATE:
+        raise ValueError(f"{name} must be >= {MIN_RATE:g} req/s, got {value!r}")
+    return rate
+
+
+def _fleet_size(replicas: int) -> int:
+    if replicas > MAX_FLEET:
+        raise ValueError(f"replicas must be <= {MAX_FLEET:.0e}, got {replicas!r}")
+    return replicas
+
+
 def _target(target) -> float:
     value = _check.number("target", target)
     if not 0 < value <= 1:
@@ -294,9 +337,12 @@ class _Design:
 def _design(confidence, budget, holds, min_requests, seed, executor) -> _Design:
     conf = _check.probability("confidence", confidence)
     parallel.resolve(executor)              # raises ValueError naming executor
-    return _Design(confidence=conf, budget=_check.whole("budget", budget),
-                   holds=_check.positive("holds", holds),
-                   min_requests=_check.whole("min_requests", min_requests, minimum=100),
+    least = _check.whole("min_requests", min_requests, minimum=100)
+    if least > MAX_REQUESTS_PER_RUN:
+        raise ValueError(f"min_requests must be <= {MAX_REQUESTS_PER_RUN:,} (the most one "
+                         f"replication simulates), got {min_requests!r}")
+    return _Design(confidence=conf, budget=_check.size("budget", budget),
+                   holds=_check.positive("holds", holds), min_requests=least,
                    seed=_seed(seed), executor=executor)
 
 
@@ -392,7 +438,8 @@ def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
 
 def _fluid_min(ref, replica, rate) -> int:
     """Fewest replicas whose fluid bound exceeds ``rate``."""
-    return math.floor(rate / _fluid(ref, replica, 1)) + 1
+    with _check.overflow(f"rate={rate!r} req/s over one replica's fluid bound"):
+        return math.floor(rate / _fluid(ref, replica, 1)) + 1
 
 
 def _seconds(limit) -> bool:
@@ -622,12 +669,17 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
 
 def _run_length(s: _Setup, rate: float) -> int:
     """Requests per replication: ``holds`` hold times at ``rate``, >= ``min_requests``."""
-    n = max(s.design.min_requests, math.ceil(rate * s.design.holds * s.hold_s))
-    if n > MAX_REQUESTS_PER_RUN:
+    span = rate * s.design.holds * s.hold_s
+    n = s.design.min_requests if not span < MAX_REQUESTS_PER_RUN else max(
+        s.design.min_requests, math.ceil(span))
+    if not span < MAX_REQUESTS_PER_RUN or n > MAX_REQUESTS_PER_RUN:
+        shown = f"{max(n, span):,.0f}" if max(n, span) < 1e15 else f"{max(n, span):.3g}"
         raise ValueError(
-            f"rate {rate:.4g} req/s needs {n:,} requests per replication ({s.design.holds:g} "
-            f"hold times of {s.hold_s:.3g} s), above the limit of {MAX_REQUESTS_PER_RUN:,}; "
-            "plan for a lower rate (a fleet is linear in the rate well past the knee)")
+            f"rate {rate:.4g} req/s needs {shown} requests per replication "
+            f"(holds={s.design.holds:g} hold times of {s.hold_s:.3g} s, at least "
+            f"min_requests={s.design.min_requests:,}), above the limit of "
+            f"{MAX_REQUESTS_PER_RUN:,}; plan for a lower rate (a fleet is linear in the rate "
+            "well past the knee)")
     return n
 
 
@@ -696,7 +748,7 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor)
     s = _setup(requests, replica, router, policy, limits, target, design)
-    n = check_fleet(replica, replicas, router, policy)
+    n = _fleet_size(check_fleet(replica, replicas, router, policy))
     return _point(s, _check.positive("rate", rate), n)
 
 
@@ -793,14 +845,12 @@ def capacity_search(requests, replica: Replica, *, replicas: int = 1,
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor)
     s = _setup(requests, replica, router, policy, limits, target, design)
-    n = check_fleet(replica, replicas, router, policy)
-    tol = _check.positive("rtol", rtol)
-    if tol >= 1:
-        raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
+    n = _fleet_size(check_fleet(replica, replicas, router, policy))
+    tol = _rtol(rtol)
     if lo is not None:
-        lo = _check.positive("lo", lo)
+        lo = _rate_bound("lo", lo)
     if hi is not None:
-        hi = _check.positive("hi", hi)
+        hi = _rate_bound("hi", hi)
     if lo is not None and hi is not None and not lo < hi:
         raise ValueError(f"lo must be < hi, got lo={lo!r}, hi={hi!r}")
     _check_feasible(s)
@@ -869,7 +919,7 @@ def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replica
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor)
     s = _setup(requests, replica, router, policy, limits, target, design)
-    n = check_fleet(replica, replicas, router, policy)
+    n = _fleet_size(check_fleet(replica, replicas, router, policy))
     if isinstance(rates, (str, bytes)) or not isinstance(rates, Iterable):
         raise ValueError(f"rates must be an iterable of rates (requests/s), got {rates!r}")
     grid = [_check.positive("rates", r) for r in rates]
@@ -923,12 +973,13 @@ def curve_knee(curve: pd.DataFrame, target: float = 0.99) -> CurveKnee:
     if curve.empty:
         raise ValueError("curve must not be empty")
     goal = _target(target)
-    rates = curve["rate_rps"].to_numpy(dtype=float)
-    good = curve["goodput_rps"].to_numpy(dtype=float)
-    peak = goodput_knee(rates, good)
-    attainment = curve["attainment"].to_numpy(dtype=float)
-    slo = (None if (attainment >= goal).all()
-           else slo_capacity(rates, attainment, min(goal, 1 - 1e-12)))
+    with _check.naming("curve"):
+        rates = curve["rate_rps"].to_numpy(dtype=float)
+        good = curve["goodput_rps"].to_numpy(dtype=float)
+        peak = goodput_knee(rates, good)
+        attainment = curve["attainment"].to_numpy(dtype=float)
+        slo = (None if (attainment >= goal).all()
+               else slo_capacity(rates, attainment, min(goal, 1 - 1e-12)))
     return CurveKnee(slo_rate=None if slo is None else float(slo), peak_rate=peak,
                      peak_goodput=float(good[rates == peak][0]))
 
@@ -1008,8 +1059,9 @@ def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = "le
 def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
     floor = _fluid_min(s.ref, s.replica, lam)
     if floor > cap:
-        raise ValueError(f"max_replicas={cap} is below the {floor:,} replicas the fluid "
-                         f"throughput bound needs for {lam:.4g} req/s "
+        shown = f"{floor:,}" if floor < 10**15 else f"{floor:.3g}"
+        raise ValueError(f"max_replicas={cap} is below the {shown} replicas the fluid "
+                         f"throughput bound needs for rate={lam:.4g} req/s "
                          f"({_fluid(s.ref, s.replica, 1):.4g} req/s per replica)")
     _run_length(s, lam)                       # refuse an oversized run before simulating
     first = floor if start is None else max(start, floor)
@@ -1137,9 +1189,7 @@ def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded
     lam = _check.positive("rate", rate)
     n_spares = _check.whole("spares", spares, minimum=0)
     cap = _check.whole("max_replicas", max_replicas)
-    tol = _check.positive("rtol", rtol)
-    if tol >= 1:
-        raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
+    tol = _rtol(rtol)
     callback = _progress(progress)
     sizing = size_fleet(lam, s.hold_s, replica.max_batch, beta=beta, spares=n_spares, p=0.99)
     _check_feasible(s)

@@ -118,20 +118,26 @@ class DistServeCost:
         return (f"DistServe published profile ({self.engine} engine, {self.model}, TP {self.tp}, "
                 "A100-80GB; simdistserve step-time formula)")
 
+    @_check.guarded
     def prefill_ms(self, chunks, cached=None) -> float:
         """Prefill part of a step (ms): ``a + b*sum(n) + c*sum(n^2)`` (+1 ms with
         overheads); 0 for no chunks. ``cached`` is accepted for symmetry and unused."""
-        n = np.asarray(chunks, dtype=float)
+        return self._prefill_ms(_check.array("chunks", chunks, nonnegative_values=True))
+
+    def _prefill_ms(self, n: np.ndarray) -> float:
         if n.size == 0:
             return 0.0
         a, b, c = self.prefill
         return float(a + b * n.sum() + c * (n * n).sum()) + (PREFILL_STEP_MS if self.overheads else 0.0)
 
+    @_check.guarded
     def decode_ms(self, context) -> float:
         """Decode part of a step (ms) over sequences with these contexts (tokens,
         including the token being decoded); the coefficient set switches at
         ``threshold`` sequences. 0 for an empty batch."""
-        ctx = np.asarray(context, dtype=float)
+        return self._decode_ms(_check.array("context", context, nonnegative_values=True))
+
+    def _decode_ms(self, ctx: np.ndarray) -> float:
         if ctx.size == 0:
             return 0.0
         a, b, c = self.decode_small if ctx.size < self.threshold else self.decode_large
@@ -147,8 +153,12 @@ class DistServeCost:
 
     def step_ms(self, detail: StepDetail) -> float:
         """Duration of a step (ms)."""
-        prefill = self.prefill_ms(detail.prefill_chunks)
-        decode = self.decode_ms(detail.decode_context)
+        if not isinstance(detail, StepDetail):
+            raise TypeError(f"detail must be a StepDetail (build one with roofline.step), "
+                            f"got {detail!r}")
+        # the engine's (and roofline.step's) arrays are already finite and >= 0
+        prefill = self._prefill_ms(np.asarray(detail.prefill_chunks, dtype=float))
+        decode = self._decode_ms(np.asarray(detail.decode_context, dtype=float))
         if prefill and self.hybrid == "distserve":
             decode = 0.0
         return prefill + decode + self.overhead_ms(detail)
@@ -220,12 +230,14 @@ def distserve_profile(model: str = "opt-13b", tp: int = 1, engine: str = "distse
     if not isinstance(overheads, bool):
         raise ValueError(f"overheads must be True or False, got {overheads!r}")
     tp = _check.whole("tp", tp)
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be a file path or None, got {path!r}")
     file = Path(path) if path is not None else _profile_dir() / f"profiler-a100-80g.{engine}.json"
     try:
         with open(file) as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read profile {str(file)!r}: {exc}") from exc
+        raise ValueError(f"cannot read profile path={str(file)!r}: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError(f"profile {str(file)!r} must map model names to TP entries")
     key = _model_key(model, data)

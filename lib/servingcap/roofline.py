@@ -101,9 +101,12 @@ def gpu_table() -> pd.DataFrame:
 def gpu(name: str) -> GPU:
     """Look a GPU up by name (case-insensitive), e.g. ``"A100-80GB"`` or ``"H100-SXM"``."""
     table = gpu_table()
-    match = table[table.gpu.str.lower() == str(name).lower()]
+    if not isinstance(name, str):
+        raise ValueError(f"gpu name must be a string, got {name!r}")
+    match = table[table.gpu.str.lower() == name.lower()]
     if match.empty:
-        raise ValueError(f"gpu {name!r} is not in data/gpus.csv; known: {', '.join(table.gpu)}")
+        raise ValueError(f"gpu name {name!r} is not in data/gpus.csv; known: "
+                         f"{', '.join(table.gpu)}")
     row = match.iloc[0]
     fp8 = None if pd.isna(row.fp8_dense_tflops) else float(row.fp8_dense_tflops) * 1e12
     return GPU(name=row.gpu, memory_bytes=float(row.memory_gb) * 1e9,
@@ -159,7 +162,7 @@ def _field(config: Mapping, name: str):
         if key in config and config[key] is not None:
             return config[key]
     aliases = " or ".join(repr(k) for k in _FIELDS[name])
-    raise ValueError(f"model config is missing the field {aliases}")
+    raise ValueError(f"model config (source) is missing the field {aliases}")
 
 
 def model_config(source: str | Path | Mapping, name: str | None = None) -> ModelSpec:
@@ -179,6 +182,11 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
     attention), ``head_dim`` to hidden / heads; the MLP is gated (three matrices, as in
     Llama) unless ``model_type`` is a two-matrix family such as ``opt``.
     """
+    if not isinstance(source, (str, Path, Mapping)):
+        raise ValueError(f"source must be a shipped model name, a path to a config.json or "
+                         f"a mapping, got {source!r}")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name must be a string or None, got {name!r}")
     if isinstance(source, Mapping):
         config, label = dict(source), name or source.get("_name_or_path", "model")
     else:
@@ -186,7 +194,7 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
         if str(source) in model_names():
             path = data_dir() / "model_configs" / f"{source}.json"
         if not path.is_file():
-            raise ValueError(f"model config {str(source)!r} is neither a shipped name "
+            raise ValueError(f"model config source={str(source)!r} is neither a shipped name "
                              f"({', '.join(model_names())}) nor a file")
         config, label = json.loads(path.read_text()), name or path.stem
     values = {key: _field(config, key) for key in _FIELDS}
@@ -202,6 +210,11 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
                      intermediate=ints["intermediate_size"], vocab=ints["vocab_size"],
                      dtype_bytes=_DTYPE_BYTES[dtype],
                      gated_mlp=config.get("model_type") not in _NOT_GATED)
+
+
+MAX_BATCH = 10**6
+"""Largest decode batch :meth:`Roofline.decode_s` evaluates (it builds one context length
+per sequence); no engine batches anywhere near a million sequences."""
 
 
 @dataclass(frozen=True)
@@ -235,10 +248,13 @@ class Roofline:
 
     def __post_init__(self):
         if not isinstance(self.model, ModelSpec):
-            object.__setattr__(self, "model", model_config(self.model))
+            with _check.naming("model"):
+                object.__setattr__(self, "model", model_config(self.model))
         if not isinstance(self.gpu, GPU):
             object.__setattr__(self, "gpu", gpu(self.gpu))
         _check.whole("tp", self.tp)
+        if not isinstance(self.fp8, (bool, np.bool_)):
+            raise ValueError(f"fp8 must be True or False, got {self.fp8!r}")
         for name in ("flops_efficiency", "bandwidth_efficiency"):
             value = _check.positive(name, getattr(self, name))
             if value > 1:
@@ -258,6 +274,9 @@ class Roofline:
     def work(self, detail: StepDetail, lm_head: bool = True) -> dict:
         """FLOPs, HBM bytes (whole replica) and all-reduce bytes per GPU of one step
         (``lm_head=False`` leaves the LM head out, as per-layer profiles do)."""
+        if not isinstance(detail, StepDetail):
+            raise TypeError(f"detail must be a StepDetail (build one with roofline.step), "
+                            f"got {detail!r}")
         m = self.model
         n = np.asarray(detail.prefill_chunks, dtype=float)
         k = np.asarray(detail.prefill_cached, dtype=float)
@@ -291,17 +310,22 @@ class Roofline:
     def __call__(self, detail: StepDetail) -> float:
         return self.breakdown(detail)["step_s"]
 
+    @_check.guarded
     def prefill_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Time of a prefill-only step over one prompt (s)."""
         _check.whole("prompt_tokens", prompt_tokens)
         _check.whole("cached_tokens", cached_tokens, minimum=0)
         return self(step(prefill=[prompt_tokens], cached=[cached_tokens]))
 
+    @_check.guarded
     def decode_s(self, batch: int, context_tokens: float) -> float:
-        """Time of a decode step over ``batch`` sequences at this mean context (s)."""
-        _check.whole("batch", batch)
+        """Time of a decode step over ``batch`` sequences (at most :data:`MAX_BATCH`) at
+        this mean context (s)."""
+        b = _check.whole("batch", batch)
+        if b > MAX_BATCH:
+            raise ValueError(f"batch must be <= {MAX_BATCH:.0e} sequences, got {batch!r}")
         _check.positive("context_tokens", context_tokens)
-        return self(step(decode=np.full(batch, float(context_tokens))))
+        return self(step(decode=np.full(b, float(context_tokens))))
 
     @property
     def ridge_flop_per_byte(self) -> float:
@@ -320,9 +344,13 @@ class Roofline:
 def step(prefill=(), cached=None, decode=()) -> StepDetail:
     """A :class:`StepDetail` from prefill chunk lengths, their cached context, and decode
     context lengths (tokens), for evaluating a cost model by hand."""
-    n = np.asarray(prefill, dtype=float).ravel()
-    k = np.zeros_like(n) if cached is None else np.asarray(cached, dtype=float).ravel()
-    ctx = np.asarray(decode, dtype=float).ravel()
+    def tokens(name, values):
+        with _check.naming(name):
+            return np.asarray(values, dtype=float).ravel()
+
+    n = tokens("prefill", prefill)
+    k = np.zeros_like(n) if cached is None else tokens("cached", cached)
+    ctx = tokens("decode", decode)
     if k.shape != n.shape:
         raise ValueError(f"cached must have one entry per prefill chunk, got {k.size} for {n.size}")
     for label, arr in (("prefill", n), ("cached", k), ("decode", ctx)):
@@ -347,13 +375,14 @@ def fit_efficiency(model, gpu_name, tokens, seconds, tp: int = 1,
     Returns ``(flops_efficiency, bandwidth_efficiency)`` minimizing the squared log error
     of ``max(FLOPs / (e_f peak), bytes / (e_b bandwidth))``, each capped at 1.
     """
-    t = np.asarray(tokens, dtype=float)
-    s = np.asarray(seconds, dtype=float)
+    t = _check.array("tokens", tokens, nonnegative_values=True)
+    s = _check.array("seconds", seconds)
     if t.shape != s.shape or t.size < 2:
         raise ValueError(f"tokens and seconds must be equal-length sequences of >= 2, got {t.size}, {s.size}")
     if not (np.isfinite(s).all() and (s > 0).all()):
         raise ValueError(f"seconds must be finite and > 0, got {s.tolist()!r}")
-    base = Roofline(model, gpu_name, tp=tp)
+    with _check.naming("gpu_name"):
+        base = Roofline(model, gpu_name, tp=tp)
     parts = [base.breakdown(step(prefill=[x]), lm_head=lm_head) for x in t]
     compute = np.array([p["compute_s"] for p in parts])
     memory = np.array([p["memory_s"] for p in parts])

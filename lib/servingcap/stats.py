@@ -30,6 +30,7 @@ misses or cannot yet tell a target.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,7 +151,7 @@ def mser(values, batch: int = MSER_BATCH) -> Warmup:
     m = x.size // k
     if m < 4:
         raise ValueError(f"values must hold at least {4 * k} observations for MSER-{k}, "
-                         f"got {x.size}")
+                         f"got {x.size} (batch={k})")
     z = x[: m * k].reshape(m, k).mean(axis=1)
     # suffix sums give mean and sum of squares of z[d:] for every d in one pass
     s1 = np.cumsum(z[::-1])[::-1]
@@ -178,10 +179,17 @@ def mean_ci(estimates, confidence: float = 0.95, *, what: str = "replications") 
     conf = _confidence(confidence)
     if x.size == 0:
         raise ValueError("estimates must hold at least 1 value, got 0")
-    mean = float(x.mean())
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = float(x.mean())
+    _check.finite_result(mean, f"the mean of estimates of magnitude up to "
+                         f"{float(np.abs(x).max()):.3g}")
     if x.size == 1:
         return Estimate(mean, -math.inf, math.inf, conf, 1, f"t over 1 {what[:-1]}")
-    half = float(_st.t.ppf(0.5 + conf / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = float(_st.t.ppf(0.5 + conf / 2, x.size - 1) * x.std(ddof=1)
+                     / math.sqrt(x.size))
+    _check.finite_result(mean + half + (mean - half),
+                         f"estimates of magnitude up to {float(np.abs(x).max()):.3g}")
     return Estimate(mean, mean - half, mean + half, conf, int(x.size),
                     f"t over {x.size} {what}")
 
@@ -242,6 +250,9 @@ def proportion_ci(successes: int, trials: int, confidence: float = 0.95,
     conf = _confidence(confidence)
     if method not in ("wilson", "exact"):
         raise ValueError(f"method must be 'wilson' or 'exact', got {method!r}")
+    if n >= 2**63:
+        raise ValueError(f"trials must be below 2**63 (scipy counts in int64), "
+                         f"got {trials!r}")
     ci = _st.binomtest(k, n).proportion_ci(confidence_level=conf, method=method)
     name = "Wilson" if method == "wilson" else "Clopper-Pearson"
     return Estimate(k / n, float(ci.low), float(ci.high), conf, n, f"{name} over {n} trials")
@@ -259,7 +270,7 @@ def replication_seeds(seed, replications: int) -> list[np.random.SeedSequence]:
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    r = _check.whole("replications", replications)
+    r = _check.size("replications", replications)
     return np.random.SeedSequence(int(seed)).spawn(r)
 
 
@@ -347,6 +358,7 @@ def steady_state(values, *, batches: int = 20, alpha: float = 0.01,
     fit = _st.linregress(np.arange(b, dtype=float), means)
     ref = unit if unit is not None else abs(float(means.mean()))
     growth = float(fit.slope) * (b - 1) / ref if ref > 0 else 0.0
+    _check.finite_result(growth, f"the rise of the batch means relative to scale={scale!r}")
     if fit.stderr > 0:
         p_value = float(_st.t.sf(fit.slope / fit.stderr, b - 2))
     else:
@@ -383,13 +395,17 @@ def warmup_cuts(runs) -> list[int]:
     if isinstance(runs, np.ndarray) and runs.ndim == 1:
         raise ValueError("runs must be a sequence of series (one per replication), got "
                          "one 1-D array")
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, Iterable):
+        raise ValueError(f"runs must be a sequence of series (one per replication), got "
+                         f"{runs!r}")
     series = [_check.array(f"runs[{i}]", r) for i, r in enumerate(runs)]
     if not series:
         raise ValueError("runs must hold at least 1 series, got 0")
-    if len(series) == 1:
-        return [mser(series[0]).delete]
-    length = min(s.size for s in series)
-    stacked = np.stack([s[:length] for s in series])
-    total = stacked.sum(axis=0)
-    others = len(series) - 1
-    return [mser((total - row) / others).delete for row in stacked]
+    with _check.naming("runs"):
+        if len(series) == 1:
+            return [mser(series[0]).delete]
+        length = min(s.size for s in series)
+        stacked = np.stack([s[:length] for s in series])
+        total = stacked.sum(axis=0)
+        others = len(series) - 1
+        return [mser((total - row) / others).delete for row in stacked]
