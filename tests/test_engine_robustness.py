@@ -162,3 +162,11 @@ def test_every_request_once_with_ordered_finite_times(config):
     started = out[out.first_token_s.notna()]
     assert (started.first_token_s <= started.finish_s).all()
     assert (started.admitted_s >= started.arrival_s).all()
+
+
+def test_token_counts_past_the_limit_are_refused_not_wrapped():
+    # 1e300 tokens used to become an int64 (with a RuntimeWarning) and a garbage schedule
+    reqs = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [100, 1e300],
+                         "output_tokens": [10, 10]})
+    with pytest.raises(ValueError, match="prompt_tokens must be whole numbers from 1 to"):
+        simulate(reqs, Replica())

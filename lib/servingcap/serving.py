@@ -404,10 +404,11 @@ class _Requests:
     @staticmethod
     def _tokens(frame, column, minimum):
         values = _column(frame, column)
-        bad = (values < minimum) | (values != np.round(values))
+        bad = (values < minimum) | (values != np.round(values)) | (values > _check.MAX_TOKENS)
         if bad.any():
             i = int(bad.argmax())
-            raise ValueError(f"{column} must be whole numbers >= {minimum}, got {values[i]!r} at row {i}")
+            raise ValueError(f"{column} must be whole numbers from {minimum} to "
+                             f"{_check.MAX_TOKENS:.0e}, got {values[i]!r} at row {i}")
         return values.astype(np.int64)
 
     def _reservation(self, frame, replica) -> np.ndarray:
