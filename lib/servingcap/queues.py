@@ -216,8 +216,22 @@ class MM1:
 # --------------------------------------------------------------------------- M/G/1
 
 
+class _FromMeanWait:
+    """W and L_q of a single-server queue that knows W_q, S and lambda."""
+
+    @property
+    def mean_response(self) -> float:
+        """W = W_q + S (s)."""
+        return self.mean_wait + self.mean_service
+
+    @property
+    def mean_queue_length(self) -> float:
+        """L_q = lambda * W_q (requests waiting, by Little's law)."""
+        return self.arrival_rate * self.mean_wait
+
+
 @dataclass(frozen=True)
-class MG1:
+class MG1(_FromMeanWait):
     """One FCFS server, Poisson arrivals, general service (Pollaczek–Khinchine).
 
     Parameters
@@ -269,17 +283,6 @@ class MG1:
         """W_q = rho * S * (1 + C_v^2) / (2 (1 - rho)) (s): Pollaczek–Khinchine."""
         rho = self.utilization
         return rho * self.mean_service * self.variance_penalty / (1 - rho)
-
-    @property
-    def mean_response(self) -> float:
-        """W = W_q + S (s)."""
-        return self.mean_wait + self.mean_service
-
-    @property
-    def mean_queue_length(self) -> float:
-        """L_q = lambda * W_q (requests waiting, by Little's law)."""
-        return self.arrival_rate * self.mean_wait
-
 
 # --------------------------------------------------------------------------- Erlang
 
@@ -480,7 +483,7 @@ class MMc:
 
 
 @dataclass(frozen=True)
-class GG1:
+class GG1(_FromMeanWait):
     """One FCFS server, general arrivals and general service: Kingman's approximation.
 
     Kingman's heavy-traffic formula prices both kinds of variability at once,
@@ -551,16 +554,6 @@ class GG1:
         """W_q ~= rho / (1 - rho) * (C_a^2 + C_s^2) / 2 * S (s): Kingman."""
         rho = self.utilization
         return rho / (1 - rho) * self.variability_factor * self.mean_service
-
-    @property
-    def mean_response(self) -> float:
-        """W = W_q + S (s)."""
-        return self.mean_wait + self.mean_service
-
-    @property
-    def mean_queue_length(self) -> float:
-        """L_q = lambda * W_q (requests waiting, by Little's law)."""
-        return self.arrival_rate * self.mean_wait
 
 
 __all__ += ["GG1"]
