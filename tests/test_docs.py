@@ -36,3 +36,22 @@ def test_intro_parameter_table_matches_locked():
             assert hasattr(LOCKED, field), field
     batch_row = next(name for name in rows if name.startswith("decode step time at batch"))
     assert int(batch_row.rsplit(" ", 1)[1]) == LOCKED.decode_batch
+
+
+def test_the_bibliography_parses_and_holds_every_cited_key():
+    # A merge once dropped an entry's closing brace; sphinxcontrib-bibtex then stops the
+    # whole book build. Parse it here (pybtex, as the build does) and check every
+    # {cite} key used in the chapters and appendices is defined.
+    import re
+    from pathlib import Path
+
+    from pybtex.database import parse_file
+
+    root = Path(__file__).resolve().parents[1]
+    keys = set(parse_file(str(root / "references.bib")).entries)
+    used = set()
+    for page in [*root.glob("chapters/*.ipynb"), *root.glob("appendices/*"), root / "intro.md"]:
+        for group in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`", page.read_text()):
+            used |= {k.strip() for k in group.split(",")}
+    assert used, "no citations found: the pattern is wrong"
+    assert used <= keys, sorted(used - keys)
