@@ -55,3 +55,18 @@ def test_the_bibliography_parses_and_holds_every_cited_key():
             used |= {k.strip() for k in group.split(",")}
     assert used, "no citations found: the pattern is wrong"
     assert used <= keys, sorted(used - keys)
+
+
+def test_no_page_glues_the_same_key_twice():
+    # myst-nb warns on a duplicate glue key, and the book is built with warnings as errors
+    import collections
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for page in [*root.glob("chapters/*.ipynb"), *root.glob("appendices/*.ipynb")]:
+        names = collections.Counter(
+            out.get("metadata", {}).get("scrapbook", {}).get("name")
+            for cell in json.loads(page.read_text())["cells"] for out in cell.get("outputs", []))
+        names.pop(None, None)
+        assert not [k for k, n in names.items() if n > 1], page.name
