@@ -524,6 +524,8 @@ ENTRIES = [
     E("stats.proportion_ci", stats.proportion_ci, successes=90, trials=100, confidence=0.95,
       method="wilson"),
     E("stats.Estimate.decide", lambda target: ESTIMATE.decide(target), target=0.9),
+    E("stats.Estimate.decide_at_most", lambda limit: ESTIMATE.decide_at_most(limit),
+      limit=0.9),
     E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
     E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
       max_growth=0.5, scale=1.0),

@@ -34,6 +34,19 @@ def test_replicated_percentile_interval_covers_the_erlang_c_value():
     assert 0.90 <= covered / experiments <= 0.99
 
 
+def test_estimate_decides_a_lower_is_better_limit():
+    est = stats.mean_ci([0.20, 0.22, 0.21])           # p99 TTFT (s), t-interval
+    assert est.high < 0.3 and est.decide_at_most(0.3) == "meets"
+    assert est.low > 0.1 and est.decide_at_most(0.1) == "misses"
+    assert est.low < 0.21 < est.high and est.decide_at_most(0.21) == "undecided"
+    # the two verdicts are mirror images: at_most(x) for v is decide(-x) for -v
+    neg = stats.Estimate(-est.value, -est.high, -est.low, est.confidence, est.n, "neg")
+    for limit in (0.1, 0.205, 0.21, 0.3):
+        assert est.decide_at_most(limit) == neg.decide(-limit)
+    with pytest.raises(ValueError, match="limit"):
+        est.decide_at_most(float("nan"))
+
+
 def test_order_statistic_interval_covers_an_exact_quantile_of_iid_data():
     # i.i.d. exponential samples: the order-statistic interval is exact (>= 95 %);
     # over 400 experiments coverage sd is 1.1 %, so 0.93 is -2 sd of a 95.5 % interval.

@@ -99,6 +99,17 @@ class Estimate:
             return "misses"
         return "undecided"
 
+    def decide_at_most(self, limit: float) -> str:
+        """The verdict for a lower-is-better estimate (a latency, a miss rate):
+        ``"meets"`` when the whole interval is at or below ``limit``, ``"misses"`` when it
+        is above, ``"undecided"`` when it straddles it (run more replications)."""
+        bound = _check.number("limit", limit)
+        if self.high <= bound:
+            return "meets"
+        if self.low > bound:
+            return "misses"
+        return "undecided"
+
     def __str__(self) -> str:
         return (f"{self.value:.4g} ({self.confidence:.0%} CI {self.low:.4g} to "
                 f"{self.high:.4g}; {self.method})")
