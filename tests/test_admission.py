@@ -52,15 +52,18 @@ def test_colocated_drain_rate_matches_the_simulator_at_saturation():
     reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 4.0, n)),
                          "prompt_tokens": 2000, "output_tokens": 300})
     for batch in (24, 32):
+        # saturated, every step decodes a full batch: the formula takes the book's decode
+        # curve at that batch (the simulator's default replica reads the same curve)
+        step = LOCKED.decode_step_at(batch)
         out = simulate(reqs, Replica(max_batch=batch))
         finish = np.sort(out.finish_s.to_numpy())
         mid = finish[(finish > 100) & (finish < 500)]
         measured = (mid.size - 1) / (mid[-1] - mid[0])
-        assert measured == pytest.approx(colocated_drain_rate(0.25, 300, 0.030, batch), rel=0.03)
+        assert measured == pytest.approx(colocated_drain_rate(0.25, 300, step, batch), rel=0.03)
         # the formula also charges a request for the prefills admitted in its own first
         # step, which its TPOT does not see: a slight, safe overestimate
         tpot = out.iloc[300:1500].tpot_s.mean()
-        formula = saturated_tpot_s(batch, 0.25, 300, 0.030)
+        formula = saturated_tpot_s(batch, 0.25, 300, step)
         assert 0.9 * formula < tpot <= formula
 
 

@@ -114,7 +114,9 @@ class Replica:
         Prompt tokens prefilled per second (tokens/s), used by the default cost model.
     decode_step_s : float, mapping or callable
         Decode step time (s): a constant, a ``{batch: seconds}`` table interpolated
-        linearly (clamped at its ends), or a function ``batch -> seconds``.
+        linearly (clamped at its ends), or a function ``batch -> seconds``. Default: the
+        book's decode curve, ``LOCKED.decode_step_table`` (30 ms at the locked batch of
+        32, faster at smaller batches), so ``Replica()`` is the book's replica.
     max_batch : int
         Most sequences admitted at once (prefilling or decoding); vLLM's
         ``--max-num-seqs``, SGLang's ``--max-running-requests``. **Defaults to the
@@ -199,7 +201,8 @@ class Replica:
     """
 
     prefill_rate: float = LOCKED.prefill_rate
-    decode_step_s: float | Mapping | Callable = LOCKED.decode_step_s
+    decode_step_s: float | Mapping | Callable = field(
+        default_factory=lambda: LOCKED.decode_step_table)
     max_batch: int = LOCKED.decode_batch
     chunk_tokens: int | None = None
     step_time: Callable | None = None
