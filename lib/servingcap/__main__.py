@@ -16,11 +16,16 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .params import LOCKED
 from .planning import MAX_REQUESTS_PER_RUN, Lengths, PoissonWorkload
 
 PROG = "python -m servingcap"
 
 # Every plan option: name -> (default, help). Defaults are the book's locked numbers.
+_LOCKED_TABLE_TEXT = ", ".join(f"{1000 * t:g} ms at batch {b:g}"
+                               for b, t in LOCKED.decode_step_table.items())
+"""The book's decode curve (``LOCKED.decode_step_table``) as the help text shows it."""
+
 DEFAULTS = {
     "rate": 30.0,
     "requests": None,
@@ -30,7 +35,7 @@ DEFAULTS = {
     "output_dist": "fixed:300",
     "trace": None,
     "prefill_rate": 8000.0,
-    "decode_step_ms": 30.0,
+    "decode_step_ms": None,
     "decode_table": None,
     "chunk_tokens": None,
     "max_batch": 32,
@@ -185,11 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt tokens prefilled per second, tokens/s "
                         f"(default {d['prefill_rate']:g})")
     g.add_argument("--decode-step-ms", type=str, metavar="MS", default=S,
-                   help="decode step time at any batch size, milliseconds "
-                        f"(default {d['decode_step_ms']:g})")
+                   help="one decode step time at every batch size, milliseconds "
+                        f"(default: the book's decode curve, {_LOCKED_TABLE_TEXT})")
     g.add_argument("--decode-table", type=str, metavar="B:MS,...", default=S,
                    help="decode step time by batch size, batch:milliseconds pairs, "
-                        "interpolated linearly, e.g. 16:20,32:30,64:55 (replaces --decode-step-ms)")
+                        "interpolated linearly (replaces --decode-step-ms; default: the "
+                        f"book's decode curve, {_LOCKED_TABLE_TEXT})")
     g.add_argument("--chunk-tokens", type=str, metavar="TOKENS", default=S,
                    help="chunked prefill: prompt tokens per step, tokens (default: whole prompts)")
     g.add_argument("--max-batch", type=str, metavar="SLOTS", default=S,
@@ -575,9 +581,12 @@ def _cost_model(o: dict, given: dict):
     if o["decode_table"] is not None:
         decode = parse_table("decode_table", o["decode_table"])
         text = "decode step " + ", ".join(f"{1000 * s:g} ms at {b}" for b, s in decode.items())
-    else:
+    elif o["decode_step_ms"] is not None:
         decode = _number("decode_step_ms", o["decode_step_ms"]) / 1000.0
-        text = f"decode step {1000 * decode:g} ms"
+        text = f"decode step {1000 * decode:g} ms at every batch"
+    else:
+        decode = LOCKED.decode_step_table
+        text = f"the book's decode curve ({_LOCKED_TABLE_TEXT})"
     prefill = _number("prefill_rate", o["prefill_rate"])
     return None, decode, f"locked-style cost: prefill {prefill:g} tokens/s, {text}"
 
