@@ -19,7 +19,10 @@ def _locked_table():
 
 def test_intro_parameter_table_matches_locked():
     rows = _locked_table()
-    assert len(rows) == 7
+    assert len(rows) == 8
+    curve = rows["decode curve (step time by batch)"][0]
+    points = re.findall(r"([\d.]+) ms at (\d+)", curve)
+    assert {int(b): float(ms) / 1000 for ms, b in points} == dict(LOCKED.decode_curve)
     as_number = {
         "prefill rate per replica": LOCKED.prefill_rate,
         "decode step time at batch 32": LOCKED.decode_step_s * 1000,
