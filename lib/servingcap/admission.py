@@ -85,6 +85,10 @@ def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: 
     ``mu = 1 / (prefill_s + output_tokens * decode_step_s / slots)``.
 
     Locked numbers: 1 / (0.25 + 300 x 0.030 / 32) = 1.88 requests/s.
+
+    The formula takes one step time: when the step depends on the batch (the book's
+    decode curve), pass the step at the full batch, ``LOCKED.decode_step_at(slots)``
+    (exactly 0.030 s at the locked 32 slots).
     """
     prefill = _check.nonnegative("prefill_s", prefill_s)
     n = _check.positive("output_tokens", output_tokens)
@@ -136,6 +140,8 @@ def saturated_tpot_s(batch: int, prefill_s: float, output_tokens: float,
     ``TPOT = decode_step_s + batch * prefill_s / output_tokens``.
 
     Locked numbers: 0.030 + 32 x 0.25 / 300 = 0.0567 s, over the 50 ms objective.
+    On a batch-dependent decode curve pass the step at ``batch``
+    (``LOCKED.decode_step_at(batch)``).
     It slightly overstates the simulated TPOT (by a few per cent), because the
     prefills that share a sequence's own first step fall before its first token.
     """
@@ -152,7 +158,10 @@ def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
     """Largest batch whose saturated TPOT (:func:`saturated_tpot_s`) meets ``tpot_slo_s``.
 
     ``floor((tpot_slo_s - decode_step_s) * output_tokens / prefill_s)``. Locked numbers:
-    (0.050 - 0.030) x 300 / 0.25 = 24 sequences. Raises ``ValueError`` if a decode step
+    (0.050 - 0.030) x 300 / 0.25 = 24 sequences. This closed form assumes one step
+    time at every batch; on a decode curve that is faster at smaller batches, the
+    largest batch with ``saturated_tpot_s(b, ..., decode_step_at(b)) <= tpot_slo_s``
+    is larger (27 on the locked curve). Raises ``ValueError`` if a decode step
     alone exceeds the objective; returns a very large int when ``prefill_s`` is 0.
     """
     slo = _check.positive("tpot_slo_s", tpot_slo_s)
