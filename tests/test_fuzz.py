@@ -398,6 +398,7 @@ ENTRIES = [
     E("admission.max_prompt_tokens_for_ttft", admission.max_prompt_tokens_for_ttft,
       ttft_slo_s=1.0, prefill_rate=8000.0, decode_step_s=0.03),
     E("admission.queue_positions", admission.queue_positions, requests=RESULT),
+    E("admission.kept_goodput", admission.kept_goodput, runs=[RESULT, RESULT], run_s=30.0),
     # autoscale
     E("autoscale.reactive_ready_times", autoscale.reactive_ready_times, base_servers=2,
       added_servers=2, overload_start_s=10.0, detect_s=5.0, startup_s=30.0),

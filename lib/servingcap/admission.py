@@ -25,16 +25,17 @@ Units: seconds, tokens, requests, requests/s, tokens/s.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from . import _check
+from . import _check, slo, stats
 
 __all__ = [
     "wait_budget_s", "slot_drain_rate", "colocated_drain_rate", "queue_depth_cap",
     "max_queue_setting", "saturated_tpot_s", "tpot_batch_cap", "max_prompt_tokens_for_ttft",
-    "queue_positions",
+    "queue_positions", "kept_goodput",
 ]
 
 
@@ -84,6 +85,10 @@ def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: 
     ``mu = 1 / (prefill_s + output_tokens * decode_step_s / slots)``.
 
     Locked numbers: 1 / (0.25 + 300 x 0.030 / 32) = 1.88 requests/s.
+
+    The formula takes one step time: when the step depends on the batch (the book's
+    decode curve), pass the step at the full batch, ``LOCKED.decode_step_at(slots)``
+    (exactly 0.030 s at the locked 32 slots).
     """
     prefill = _check.nonnegative("prefill_s", prefill_s)
     n = _check.positive("output_tokens", output_tokens)
@@ -135,6 +140,8 @@ def saturated_tpot_s(batch: int, prefill_s: float, output_tokens: float,
     ``TPOT = decode_step_s + batch * prefill_s / output_tokens``.
 
     Locked numbers: 0.030 + 32 x 0.25 / 300 = 0.0567 s, over the 50 ms objective.
+    On a batch-dependent decode curve pass the step at ``batch``
+    (``LOCKED.decode_step_at(batch)``).
     It slightly overstates the simulated TPOT (by a few per cent), because the
     prefills that share a sequence's own first step fall before its first token.
     """
@@ -151,7 +158,10 @@ def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
     """Largest batch whose saturated TPOT (:func:`saturated_tpot_s`) meets ``tpot_slo_s``.
 
     ``floor((tpot_slo_s - decode_step_s) * output_tokens / prefill_s)``. Locked numbers:
-    (0.050 - 0.030) x 300 / 0.25 = 24 sequences. Raises ``ValueError`` if a decode step
+    (0.050 - 0.030) x 300 / 0.25 = 24 sequences. This closed form assumes one step
+    time at every batch; on a decode curve that is faster at smaller batches, the
+    largest batch with ``saturated_tpot_s(b, ..., decode_step_at(b)) <= tpot_slo_s``
+    is larger (27 on the locked curve). Raises ``ValueError`` if a decode step
     alone exceeds the objective; returns a very large int when ``prefill_s`` is 0.
     """
     slo = _check.positive("tpot_slo_s", tpot_slo_s)
@@ -221,3 +231,41 @@ def queue_positions(requests: pd.DataFrame) -> np.ndarray:
     out_sorted = np.maximum(qi - np.minimum(left, qi), 0)
     out[order] = out_sorted
     return out
+
+
+def kept_goodput(runs, run_s: float, **limits) -> tuple[list[float], float]:
+    """SLO goodput (requests/s) of each replication after its warm-up; mean kept span (s).
+
+    ``runs`` is a sequence of per-request outputs of :func:`servingcap.serving.simulate`
+    (one per replication, each covering arrivals in ``[0, run_s)`` seconds). Each run's
+    SLO-met indicator (:func:`servingcap.slo.meets_slo` with ``limits``, e.g.
+    ``ttft_s=1.0, tpot_s=0.05``), in arrival order, is cut with
+    :func:`servingcap.stats.warmup_cuts`; the goodput of run ``i`` is the number of kept
+    arrivals that meet every limit divided by the kept window ``run_s - t_i``, where
+    ``t_i`` is the arrival time (s) of its first kept request. Returns the per-run
+    goodputs and the mean kept window over runs (s).
+
+    Raises ``ValueError`` if ``runs`` is empty, ``run_s`` is not positive, or a run's
+    first kept arrival is not before ``run_s`` (no window left to divide by).
+    """
+    window = _check.positive("run_s", run_s)
+    if isinstance(runs, (pd.DataFrame, str, bytes)) or not isinstance(runs, Iterable):
+        raise ValueError("runs must be a sequence of simulate() outputs (one per "
+                         f"replication), got {type(runs).__name__}")
+    frames = [_check.table(f"runs[{i}]", r, ("arrival_s", "outcome"), minimum=1)
+              for i, r in enumerate(runs)]
+    if not frames:
+        raise ValueError("runs must hold at least 1 simulate() output, got 0")
+    ordered = [f.sort_values("arrival_s", kind="stable") for f in frames]
+    met = [slo.meets_slo(f, **limits).astype(float) for f in ordered]
+    cuts = stats.warmup_cuts(met)
+    goodputs, spans = [], []
+    for i, (f, m, c) in enumerate(zip(ordered, met, cuts, strict=True)):
+        start = float(f["arrival_s"].iloc[c])
+        span = window - start
+        if not span > 0:
+            raise ValueError(f"runs[{i}]: first kept arrival at {start!r} s is not before "
+                             f"run_s = {window!r} s")
+        goodputs.append(float(m[c:].sum()) / span)
+        spans.append(span)
+    return goodputs, float(sum(s / len(spans) for s in spans))   # no overflow near 1e308
