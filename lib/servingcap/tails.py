@@ -39,7 +39,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-
 from scipy.stats import hypergeom
 
 from . import _check
