@@ -37,6 +37,30 @@ def test_segment_quantiles_and_counts():
     assert (t.dimension == "seg").all()
 
 
+def test_tail_counts_and_chance_of_overrepresentation():
+    # 8 requests, tail {20, 30, 40} (3 of 8), all 3 from b (4 of 8): by hand, a random
+    # 3-subset is all-b with probability C(4,3)/C(8,3) = 4/56; any subset holds >= 0 a's
+    f = frame([1, 2, 3, 4, 10, 20, 30, 40], seg=list("aaaabbbb"))
+    t = tails.tail_by_segment(f, "seg", columns="ttft_s", tail_p=0.75).set_index("segment")
+    assert t.ttft_s_tail_requests.to_dict() == {"a": 0, "b": 3}
+    assert t.loc["b", "ttft_s_tail_p"] == pytest.approx(4 / 56)
+    assert t.loc["a", "ttft_s_tail_p"] == pytest.approx(1.0)
+    # a segment spread evenly through the ranks is not flagged: one of b's 4 in a
+    # 2-request tail; P(>= 1 of b) = 1 - C(4,2)/C(8,2) = 1 - 6/28
+    g = frame([1, 2, 3, 4, 5, 6, 7, 8], seg=list("abababab"))
+    u = tails.tail_by_segment(g, "seg", columns="ttft_s", tail_p=0.8).set_index("segment")
+    assert u.ttft_s_tail_requests.to_dict() == {"a": 1, "b": 1}
+    assert u.loc["b", "ttft_s_tail_p"] == pytest.approx(1 - 6 / 28)
+    # dropped failures are outside the population a tail is drawn from
+    h = frame([1, 2, 3, 0], ["done", "done", "done", "timed_out"], seg=list("aabb"))
+    d = tails.tail_by_segment(h, "seg", columns="ttft_s", tail_p=0.6,
+                              failures="drop").set_index("segment")
+    # kept {1, 2, 3}, p60 = 2: tail {2, 3}, one a and one b; b has 1 kept request:
+    # P(>= 1 of b's 1 in a 2-subset of 3) = 2/3
+    assert d.ttft_s_tail_requests.to_dict() == {"a": 1, "b": 1}
+    assert d.loc["b", "ttft_s_tail_p"] == pytest.approx(2 / 3)
+
+
 def test_tail_shares_sum_to_one_and_follow_categories():
     rng = np.random.default_rng(1)
     x = rng.exponential(1.0, 1000)

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import hypergeom
 
 from . import _check
 from .slo import OUTCOMES
@@ -234,8 +235,14 @@ def tail_by_segment(frame, by, columns: str | Sequence[str] = ("ttft_s", "e2e_s"
     -------
     pandas.DataFrame
         One row per segment: ``dimension, segment, requests`` (count), ``share`` (of all
-        requests), then for each column its quantiles (s, unrounded) and its tail share
-        (fraction; the tail shares of one column sum to 1 over the segments).
+        requests), then for each column its quantiles (s, unrounded), its tail share
+        (fraction; the tail shares of one column sum to 1 over the segments),
+        ``<column>_tail_requests`` (how many of the segment's requests are in the tail)
+        and ``<column>_tail_p``: the probability that a tail of the same size drawn at
+        random from all requests would hold at least that many of the segment's
+        (hypergeometric upper tail, in [0, 1]). A small ``_tail_p`` says the segment is
+        over-represented in the tail by more than chance; with a small tail (a p99 over a
+        few hundred requests is a handful of them) it stays large, so say "not decided".
     """
     cols = [columns] if isinstance(columns, str) else list(columns)
     if not cols:
@@ -250,6 +257,7 @@ def tail_by_segment(frame, by, columns: str | Sequence[str] = ("ttft_s", "e2e_s"
     order = _order(labels)
     lat = {c: request_latencies(frame, c, rule) for c in cols}
     shares = {c: tail_shares(frame, labels, tail_p, c, rule) for c in cols}
+    in_tail = {c: tail_mask(frame, tail_p, c, rule)[0] for c in cols}
     n = len(frame)
     rows = []
     for seg in order:
@@ -262,6 +270,13 @@ def tail_by_segment(frame, by, columns: str | Sequence[str] = ("ttft_s", "e2e_s"
             for q in qs:
                 row[f"{c}_{_pct(q)}"] = _quantile(x, q)
             row[f"{c}_tail_share"] = float(shares[c][seg])
+            size, hits = int(in_tail[c].sum()), int((in_tail[c] & m).sum())
+            row[f"{c}_tail_requests"] = hits
+            # P(at least `hits` of the segment in a random subset of `size` of the
+            # requests the tail could hold: those with a latency under this rule)
+            valid = ~np.isnan(lat[c])
+            row[f"{c}_tail_p"] = float(hypergeom.sf(hits - 1, int(valid.sum()),
+                                                    int((valid & m).sum()), size))
         rows.append(row)
     return pd.DataFrame(rows)
 
