@@ -54,6 +54,17 @@ def test_gpu_busy_shows_the_11_replica_plan_is_overloaded_when_colocated():
     assert busy.total > 1
 
 
+def test_full_batch_step_gives_the_least_decode_time_on_the_book_curve():
+    # The chapter prices decode at the full batch's 30 ms on the decode curve
+    # (LOCKED.decode_step_table); that is a lower bound only if a lighter batch spends
+    # at least as much GPU time per token: t(b) / b non-increasing in b.
+    assert LOCKED.decode_step_at(LOCKED.decode_batch) == pytest.approx(0.030)
+    decode = [fleet.gpu_busy(LAMBDA, 18, LOCKED.prefill_s, 300, LOCKED.decode_step_at(b),
+                             b).decode for b in range(1, LOCKED.decode_batch + 1)]
+    assert all(light > heavy for light, heavy in zip(decode, decode[1:]))
+    assert decode[-1] == pytest.approx(LAMBDA / 18 * 300 * 0.030 / 32)
+
+
 def test_pooled_is_better_than_split_and_more_replicas_help():
     for n in range(10, 15):
         pooled = fleet.pooled_queue(LAMBDA, 9.25, 32, n)

@@ -237,8 +237,11 @@ def gpu_busy(arrival_rate: float, replicas: int, prefill_s: float, output_tokens
 
     ``prefill = (lambda / n) * prefill_s``; ``decode = (lambda / n) * output_tokens *
     decode_step_s / batch`` (each step emits one token for each of ``batch``
-    sequences). The decode term is the *least* decode time: at smaller batches the
-    same tokens need more steps.
+    sequences). With ``decode_step_s`` the step at the full batch, the decode term is
+    the *least* decode time whenever the time per token, ``t(b) / b``, does not rise
+    with the batch, as on the book's decode curve ``t(b) = t0 + s b`` with ``t0 > 0``
+    (``LOCKED.decode_step_table``): a lighter batch steps faster but needs more steps
+    for the same tokens.
 
     Parameters
     ----------
