@@ -194,6 +194,8 @@ def test_contest_board_scores_and_winners():
         # w5: both sides below the grid: the grid cannot separate them
         ("w5", "colo", nan, "below the grid"), ("w5", "split 1P", nan, "below the grid"),
         ("w5", "split 2P", nan, "below the grid"),
+        # w6: challengers differ by workload (only one split simulated here)
+        ("w6", "colo", 1.0, "on the grid"), ("w6", "split 3P", 0.5, "on the grid"),
     ])
     board = gp.contest_board(table, ["colo"], tie_band=0.05, label="split")
     assert list(board.columns) == ["colo", "split (best split)", "best split",
@@ -202,7 +204,8 @@ def test_contest_board_scores_and_winners():
     assert board.loc["w1", "best split"] == "split 1P"
     assert board.loc["w1", "split / best colocated"] == pytest.approx(1.25)
     assert board.winner.to_dict() == {"w1": "split", "w2": "tie", "w3": "colocated",
-                                      "w4": "split", "w5": "tie"}
+                                      "w4": "split", "w5": "tie", "w6": "colocated"}
+    assert board.loc["w6", "best split"] == "split 3P"
     assert board.loc["w3", "split (best split)"] == 0.0
     assert math.isinf(board.loc["w4", "split (best split)"])
     # a zero band makes any difference a verdict
@@ -228,6 +231,11 @@ def test_contest_board_rejects_bad_tables():
         gp.contest_board(good, ["a", "b"])
     with pytest.raises(ValueError, match="tie_band"):
         gp.contest_board(good, ["a"], tie_band=1.0)
-    with pytest.raises(ValueError, match="every design"):
+    with pytest.raises(ValueError, match="one challenger"):
         gp.contest_board(pd.concat([good, _contest_table([("v", "a", 1.0, "on the grid")])]),
                          ["a"])
+    with pytest.raises(ValueError, match="every colocated design"):
+        gp.contest_board(pd.concat([good, _contest_table([("v", "b", 1.0, "on the grid")])]),
+                         ["a"])
+    with pytest.raises(ValueError, match="twice"):
+        gp.contest_board(pd.concat([good, good]), ["a"])

@@ -439,7 +439,8 @@ def contest_board(table: pd.DataFrame, colocated, tie_band: float = 0.05,
     table : pandas.DataFrame
         The output of :func:`capacity_table`: columns ``workload``, ``design``,
         ``capacity`` (requests/s or requests/s/GPU; NaN off the grid) and ``where``.
-        Every workload must have every design once.
+        Every workload must have each colocated design and at least one challenger,
+        each (workload, design) pair once; the challengers may differ by workload.
     colocated : sequence of str
         The designs of the incumbent side; every other design is a challenger (e.g. the
         pool splits of a disaggregated fleet). At least one design must be left over.
@@ -493,11 +494,11 @@ def contest_board(table: pd.DataFrame, colocated, tie_band: float = 0.05,
     score = cap.where(on, where.map(_GRID_SCORE))
     board = (table.assign(score=score)
              .pivot(index="workload", columns="design", values="score"))
-    if board.isna().any().any():
-        raise ValueError("table lacks a design for some workload: every workload needs "
-                         "every design")
-    frame = board[names].copy()
     challengers = board[rivals]
+    if board[names].isna().any().any() or challengers.isna().all(axis=1).any():
+        raise ValueError("table lacks a design for some workload: every workload needs "
+                         "every colocated design and one challenger")
+    frame = board[names].copy()
     frame[f"{side} (best split)"] = challengers.max(axis=1)
     frame["best split"] = challengers.idxmax(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
