@@ -454,6 +454,10 @@ ENTRIES = [
     E("goodput.capacity_table", goodput.capacity_table, allow_nan=True,
       runs={("w", "d"): [RESULT, RESULT]}, rates={"w": [1.0, 2.0]}, target=0.9,
       warmup_fraction=0.1),
+    E("goodput.contest_board", goodput.contest_board, allow_inf=True, allow_nan=True,
+      table=pd.DataFrame({"workload": ["w", "w"], "design": ["c", "d"],
+                          "capacity": [1.0, 1.2], "where": ["on the grid"] * 2}),
+      colocated=["c"], tie_band=0.05, label="split"),
     E("goodput.pool_split", goodput.pool_split, gpus=8, prefill_rps=4.0, decode_rps=2.0),
     E("goodput.attainment", goodput.attainment, requests=RESULT, warmup_fraction=0.1),
     # knee

@@ -170,3 +170,72 @@ def test_capacity_table_scores_stored_runs():
         gp.capacity_table({("short", "x"): [frame(0.5)]}, rates)
     with pytest.raises(ValueError, match="rates has no grid for workload 'long'"):
         gp.capacity_table({("long", "x"): [frame(0.5)]}, rates)
+
+
+def _contest_table(rows):
+    return pd.DataFrame(rows, columns=["workload", "design", "capacity", "where"])
+
+
+def test_contest_board_scores_and_winners():
+    nan = math.nan
+    table = _contest_table([
+        # w1: the split wins (1.5 vs 1.2, +25 %), the better of two splits counts
+        ("w1", "colo", 1.2, "on the grid"), ("w1", "split 1P", 1.5, "on the grid"),
+        ("w1", "split 2P", 1.0, "on the grid"),
+        # w2: within the 5 % band: a tie
+        ("w2", "colo", 1.00, "on the grid"), ("w2", "split 1P", 1.04, "on the grid"),
+        ("w2", "split 2P", 0.5, "on the grid"),
+        # w3: the splits are below the grid: score 0, the colocated fleet wins
+        ("w3", "colo", 0.8, "on the grid"), ("w3", "split 1P", nan, "below the grid"),
+        ("w3", "split 2P", nan, "below the grid"),
+        # w4: a split above the grid scores inf, never its last grid rate
+        ("w4", "colo", 0.8, "on the grid"), ("w4", "split 1P", nan, "above the grid"),
+        ("w4", "split 2P", 0.1, "on the grid"),
+        # w5: both sides below the grid: the grid cannot separate them
+        ("w5", "colo", nan, "below the grid"), ("w5", "split 1P", nan, "below the grid"),
+        ("w5", "split 2P", nan, "below the grid"),
+        # w6: challengers differ by workload (only one split simulated here)
+        ("w6", "colo", 1.0, "on the grid"), ("w6", "split 3P", 0.5, "on the grid"),
+    ])
+    board = gp.contest_board(table, ["colo"], tie_band=0.05, label="split")
+    assert list(board.columns) == ["colo", "split (best split)", "best split",
+                                   "split / best colocated", "winner"]
+    assert board.loc["w1", "split (best split)"] == 1.5
+    assert board.loc["w1", "best split"] == "split 1P"
+    assert board.loc["w1", "split / best colocated"] == pytest.approx(1.25)
+    assert board.winner.to_dict() == {"w1": "split", "w2": "tie", "w3": "colocated",
+                                      "w4": "split", "w5": "tie", "w6": "colocated"}
+    assert board.loc["w6", "best split"] == "split 3P"
+    assert board.loc["w3", "split (best split)"] == 0.0
+    assert math.isinf(board.loc["w4", "split (best split)"])
+    # a zero band makes any difference a verdict
+    assert gp.contest_board(table, ["colo"], tie_band=0.0).loc["w2", "winner"] == \
+        "disaggregated"
+
+
+def test_contest_board_rejects_bad_tables():
+    good = _contest_table([("w", "a", 1.0, "on the grid"), ("w", "b", 1.1, "on the grid")])
+    with pytest.raises(ValueError, match="table"):
+        gp.contest_board(good.to_dict("list"), ["a"])
+    with pytest.raises(ValueError, match="where"):
+        gp.contest_board(good.drop(columns="where"), ["a"])
+    with pytest.raises(ValueError, match="capacity"):
+        gp.contest_board(good.assign(capacity=[math.nan, 1.0]), ["a"])
+    with pytest.raises(ValueError, match="capacity"):
+        gp.contest_board(good.assign(capacity=[-1.0, 1.0]), ["a"])
+    with pytest.raises(ValueError, match="colocated"):
+        gp.contest_board(good, ["zzz"])
+    with pytest.raises(ValueError, match="colocated"):
+        gp.contest_board(good, "a")
+    with pytest.raises(ValueError, match="challenger"):
+        gp.contest_board(good, ["a", "b"])
+    with pytest.raises(ValueError, match="tie_band"):
+        gp.contest_board(good, ["a"], tie_band=1.0)
+    with pytest.raises(ValueError, match="one challenger"):
+        gp.contest_board(pd.concat([good, _contest_table([("v", "a", 1.0, "on the grid")])]),
+                         ["a"])
+    with pytest.raises(ValueError, match="every colocated design"):
+        gp.contest_board(pd.concat([good, _contest_table([("v", "b", 1.0, "on the grid")])]),
+                         ["a"])
+    with pytest.raises(ValueError, match="twice"):
+        gp.contest_board(pd.concat([good, good]), ["a"])

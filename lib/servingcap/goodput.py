@@ -14,7 +14,9 @@ book's goodput chapter:
   (:func:`load_sweep`, built on :func:`servingcap.sweep.summarize`), its knee
   (:func:`goodput_knee`) and the SLO-attainment capacity DistServe calls goodput
   (:func:`slo_capacity`, :func:`capacity_on_grid`, which says when the capacity lies
-  below or above the swept grid, and :func:`capacity_table` for many designs at once);
+  below or above the swept grid, and :func:`capacity_table` for many designs at once),
+  and the contest between colocated designs and their challengers scored from that
+  table (:func:`contest_board`);
 - the integer split of a GPU budget between a prefill and a decode pool
   (:func:`pool_split`).
 
@@ -38,7 +40,7 @@ from .sweep import first_crossing, summarize
 
 __all__ = ["tokens_per_s", "batch_curve", "best_feasible_batch", "max_feasible_batch",
            "metric_table", "load_sweep", "goodput_knee", "slo_capacity", "capacity_on_grid",
-           "GridCapacity", "capacity_table", "pool_split", "attainment"]
+           "GridCapacity", "capacity_table", "contest_board", "pool_split", "attainment"]
 
 _UNBOUNDED_TPOT_S = 1e9     # a TPOT "limit" no request reaches: TTFT-only goodput
 
@@ -423,6 +425,89 @@ def capacity_table(runs, rates, target: float = 0.9, warmup_fraction: float = 0.
         rows.append({"workload": workload, "design": design, "capacity": found.rate,
                      "where": found.where})
     return pd.DataFrame(rows)
+
+
+_GRID_SCORE = {"below the grid": 0.0, "above the grid": math.inf}
+
+
+def contest_board(table: pd.DataFrame, colocated, tie_band: float = 0.05,
+                  label: str = "disaggregated") -> pd.DataFrame:
+    """Who wins, per workload: the best colocated design or the best challenger.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The output of :func:`capacity_table`: columns ``workload``, ``design``,
+        ``capacity`` (requests/s or requests/s/GPU; NaN off the grid) and ``where``.
+        Every workload must have each colocated design and at least one challenger,
+        each (workload, design) pair once; the challengers may differ by workload.
+    colocated : sequence of str
+        The designs of the incumbent side; every other design is a challenger (e.g. the
+        pool splits of a disaggregated fleet). At least one design must be left over.
+    tie_band : float
+        Relative difference below which two capacities count as a tie, in [0, 1).
+    label : str
+        Name of the challenger side in column names and in the ``winner`` column.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by workload: one score column per colocated design, ``"<label> (best
+        split)"`` (the best challenger's score), ``"best split"`` (its design name),
+        ``"<label> / best colocated"`` (the ratio) and ``winner`` (``label``,
+        ``"colocated"`` or ``"tie"``). A score is the capacity when it lies on the
+        grid, 0 when it lies below the grid and ``inf`` when above it: a grid rate is
+        never credited as a capacity. Ratios that are undefined (both sides below the
+        grid, or both above) count as a tie: the grid cannot separate them.
+    """
+    if not isinstance(table, pd.DataFrame) or table.empty:
+        raise ValueError(f"table must be a non-empty DataFrame from capacity_table, "
+                         f"got {type(table).__name__}")
+    for col in ("workload", "design", "capacity", "where"):
+        if col not in table.columns:
+            raise ValueError(f"table has no {col} column (columns: {list(table.columns)})")
+    where = table["where"]
+    if not where.isin(["on the grid", *_GRID_SCORE]).all():
+        raise ValueError(f"table where must be 'on the grid', 'below the grid' or "
+                         f"'above the grid', got {sorted(set(map(str, where)))!r}")
+    cap = pd.to_numeric(table["capacity"], errors="coerce")
+    on = where == "on the grid"
+    if (on & ~(np.isfinite(cap) & (cap >= 0))).any():
+        raise ValueError(f"table capacity must be a finite rate >= 0 on the grid, "
+                         f"got {table['capacity'][on].tolist()!r}")
+    designs = set(table["design"])
+    if isinstance(colocated, str) or not isinstance(colocated, (list, tuple)):
+        raise ValueError(f"colocated must be a list of design names, got {colocated!r}")
+    names = list(colocated)
+    if not names or not all(isinstance(n, str) and n in designs for n in names):
+        raise ValueError(f"colocated must name designs of the table {sorted(designs)!r}, "
+                         f"got {colocated!r}")
+    rivals = sorted(designs - set(names))
+    if not rivals:
+        raise ValueError(f"colocated {colocated!r} leaves no challenger design")
+    band = _check.nonnegative("tie_band", tie_band)
+    if band >= 1:
+        raise ValueError(f"tie_band must be in [0, 1), got {tie_band!r}")
+    side = _check.label("label", label)
+    if table.duplicated(["workload", "design"]).any():
+        raise ValueError("table has a (workload, design) pair twice")
+    score = cap.where(on, where.map(_GRID_SCORE))
+    board = (table.assign(score=score)
+             .pivot(index="workload", columns="design", values="score"))
+    challengers = board[rivals]
+    if board[names].isna().any().any() or challengers.isna().all(axis=1).any():
+        raise ValueError("table lacks a design for some workload: every workload needs "
+                         "every colocated design and one challenger")
+    frame = board[names].copy()
+    frame[f"{side} (best split)"] = challengers.max(axis=1)
+    frame["best split"] = challengers.idxmax(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = frame[f"{side} (best split)"] / board[names].max(axis=1)
+    frame[f"{side} / best colocated"] = ratio
+    frame["winner"] = np.select([ratio > 1 + band, ratio < 1 - band],
+                                [side, "colocated"], "tie")
+    frame.columns.name = None
+    return frame
 
 
 @_check.guarded
