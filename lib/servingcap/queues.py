@@ -133,8 +133,36 @@ def little_check(L, arrival_rate, time_in_system, rtol: float = 0.05) -> LittleC
 # --------------------------------------------------------------------------- M/M/1
 
 
+class _ExponentialWait:
+    """Queueing delay of M/M/1 and M/M/c: zero with probability 1 - P(wait), otherwise
+    exponential with the drain rate (c mu - lambda). Subclasses give ``prob_wait`` and
+    ``_drain`` (1/s)."""
+
+    @property
+    def mean_wait(self) -> float:
+        """W_q = P(wait) / (c mu - lambda): mean time queued before service (s)."""
+        return self.prob_wait / self._drain
+
+    def wait_cdf(self, t):
+        """P(wait <= t) = 1 - P(wait) exp(-(c mu - lambda) t) for t >= 0.
+
+        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
+        """
+        t = _check.points("t", t)
+        return np.where(t < 0, 0.0,
+                        1 - self.prob_wait * np.exp(-self._drain * np.maximum(t, 0)))
+
+    def wait_quantile(self, p: float) -> float:
+        """The p-quantile of queueing delay (s); 0 when p <= 1 - P(wait) (no wait)."""
+        p = _check.probability("p", p)
+        waits = self.prob_wait
+        if p <= 1 - waits:
+            return 0.0
+        return math.log(waits / (1 - p)) / self._drain
+
+
 @dataclass(frozen=True)
-class MM1:
+class MM1(_ExponentialWait):
     """One FCFS server, Poisson arrivals, exponential service.
 
     Parameters
@@ -175,9 +203,9 @@ class MM1:
         return 1.0 / self._drain
 
     @property
-    def mean_wait(self) -> float:
-        """W_q = rho / (mu - lambda): mean time queued before service (s)."""
-        return self.utilization / self._drain
+    def prob_wait(self) -> float:
+        """P(an arrival waits) = rho (Poisson arrivals see the time average)."""
+        return self.utilization
 
     @property
     def mean_in_system(self) -> float:
@@ -196,21 +224,6 @@ class MM1:
         """The p-quantile of response time: -ln(1 - p) / (mu - lambda) (s)."""
         p = _check.probability("p", p)
         return -math.log1p(-p) / self._drain
-
-    def wait_cdf(self, t):
-        """P(wait <= t) = 1 - rho * exp(-(mu - lambda) t) for t >= 0.
-
-        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
-        """
-        t = _check.points("t", t)
-        return np.where(t < 0, 0.0, 1 - self.utilization * np.exp(-self._drain * np.maximum(t, 0)))
-
-    def wait_quantile(self, p: float) -> float:
-        """The p-quantile of queueing delay (s); 0 when p <= 1 - rho (no wait)."""
-        p = _check.probability("p", p)
-        if p <= 1 - self.utilization:
-            return 0.0
-        return math.log(self.utilization / (1 - p)) / self._drain
 
 
 # --------------------------------------------------------------------------- M/G/1
@@ -401,7 +414,7 @@ def halfin_whitt_prob_wait(beta: float) -> float:
 
 
 @dataclass(frozen=True)
-class MMc:
+class MMc(_ExponentialWait):
     """``servers`` FCFS servers sharing one queue, Poisson arrivals, exponential service.
 
     Parameters
@@ -447,10 +460,6 @@ class MMc:
     def _drain(self) -> float:
         return self.servers * self.service_rate - self.arrival_rate
 
-    @property
-    def mean_wait(self) -> float:
-        """W_q = C / (c mu - lambda) (s)."""
-        return self.prob_wait / self._drain
 
     @property
     def mean_response(self) -> float:
@@ -462,21 +471,6 @@ class MMc:
         """L_q = lambda W_q (requests waiting)."""
         return self.arrival_rate * self.mean_wait
 
-    def wait_cdf(self, t):
-        """P(wait <= t) = 1 - C exp(-(c mu - lambda) t) for t >= 0.
-
-        ``t`` in seconds, a number or an array (any shape; +-inf allowed, NaN is not).
-        """
-        t = _check.points("t", t)
-        return np.where(t < 0, 0.0, 1 - self.prob_wait * np.exp(-self._drain * np.maximum(t, 0)))
-
-    def wait_quantile(self, p: float) -> float:
-        """The p-quantile of queueing delay (s); 0 when p <= 1 - C."""
-        p = _check.probability("p", p)
-        c_wait = self.prob_wait
-        if p <= 1 - c_wait:
-            return 0.0
-        return math.log(c_wait / (1 - p)) / self._drain
 
 
 # --------------------------------------------------------------------------- G/G/1
