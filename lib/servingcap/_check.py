@@ -334,18 +334,21 @@ def points(name: str, values) -> np.ndarray:
     return out
 
 
-def array(name: str, values, *, nonnegative_values: bool = False) -> np.ndarray:
-    """A 1-D float array of finite numbers (optionally all >= 0)."""
+def array(name: str, values, *, nonnegative_values: bool = False,
+          allow_inf: bool = False) -> np.ndarray:
+    """A 1-D float array of finite numbers (optionally all >= 0). With ``allow_inf``,
+    +inf is allowed too (a failed request is infinitely late); NaN and -inf never are."""
     try:
         out = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a 1-D array of numbers, got {values!r}") from exc
     if out.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got an array of shape {out.shape}")
-    bad = ~np.isfinite(out)
+    bad = (np.isnan(out) | (out == -np.inf)) if allow_inf else ~np.isfinite(out)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{name} must be finite, got {out[i]!r} at index {i}")
+        need = "must not hold NaN or -inf" if allow_inf else "must be finite"
+        raise ValueError(f"{name} {need}, got {out[i]!r} at index {i}")
     if nonnegative_values and (out < 0).any():
         i = int(np.argmax(out < 0))
         raise ValueError(f"{name} must be >= 0, got {out[i]!r} at index {i}")

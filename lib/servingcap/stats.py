@@ -49,21 +49,6 @@ def _confidence(confidence) -> float:
     return _check.probability("confidence", confidence)
 
 
-def _finite_or_inf(name: str, values) -> np.ndarray:
-    """A 1-D float array; +inf allowed (a failed request is infinitely late), NaN not."""
-    try:
-        x = np.asarray(values, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a 1-D array of numbers, got {values!r}") from exc
-    if x.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got an array of shape {x.shape}")
-    bad = np.isnan(x) | (x == -np.inf)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{name} must not hold NaN or -inf, got {x[i]!r} at index {i}")
-    return x
-
-
 # --------------------------------------------------------------------------- estimate
 
 
@@ -231,7 +216,7 @@ def percentile_ci(values, p: float, confidence: float = 0.95) -> Estimate:
     of one simulated run are *not* independent: for those, use one percentile per
     replication and :func:`mean_ci`. Ends that fall outside the sample are +-inf.
     """
-    x = np.sort(_finite_or_inf("values", values))
+    x = np.sort(_check.array("values", values, allow_inf=True))
     q = _check.probability("p", p)
     conf = _confidence(confidence)
     n = x.size
