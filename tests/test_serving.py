@@ -18,10 +18,15 @@ def poisson_requests(rate, n, seed, prompt=2000, outputs=(100, 500)):
     })
 
 
+STEP_S = 0.030
+"""A constant decode step (s) for tests whose schedules are worked out by hand."""
+
+
 def service_time(frame, replica=LOCKED):
-    """One slot, no batching: prefill, then N - 1 decode steps (s)."""
+    """One slot, no batching: prefill, then N - 1 decode steps at batch 1 (s), on the
+    book's decode curve (the default replica's)."""
     return (frame.prompt_tokens / replica.prefill_rate
-            + (frame.output_tokens - 1) * replica.decode_step_s).to_numpy()
+            + (frame.output_tokens - 1) * replica.decode_step_at(1)).to_numpy()
 
 
 # --------------------------------------------------------------------------- accounting
@@ -74,7 +79,7 @@ def test_one_slot_agrees_with_pollaczek_khinchine():
     # standard error must be under 5 % of the answer so that the test has teeth.
     lo, hi = 100, 500
     outputs = np.arange(lo, hi + 1)
-    services = 0.25 + (outputs - 1) * 0.030
+    services = 0.25 + (outputs - 1) * LOCKED.decode_step_at(1)     # one slot: batch 1
     mean_s, cv = services.mean(), services.std() / services.mean()
     rate = 0.7 / mean_s
     theory = MG1(rate, mean_s, cv).mean_wait
@@ -91,10 +96,14 @@ def test_one_slot_agrees_with_pollaczek_khinchine():
 def test_unperturbed_request_has_constant_tpot_and_phase_arithmetic():
     reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [300]})
     out = simulate(reqs, Replica()).iloc[0]
+    alone = LOCKED.decode_step_at(1)              # a batch of one on the book's curve
     assert out.ttft_s == pytest.approx(LOCKED.prefill_s, abs=1e-12)
-    assert out.tpot_s == pytest.approx(LOCKED.decode_step_s, abs=1e-12)
-    assert out.max_gap_s == pytest.approx(LOCKED.decode_step_s, abs=1e-12)
-    assert out.e2e_s == pytest.approx(LOCKED.e2e_s, abs=1e-9)        # 9.22 s
+    assert out.tpot_s == pytest.approx(alone, abs=1e-12)
+    assert out.max_gap_s == pytest.approx(alone, abs=1e-12)
+    assert out.e2e_s == pytest.approx(LOCKED.prefill_s + 299 * alone, abs=1e-9)  # 3.43 s
+    # with a constant step the same request is the seed's 0.25 s + 299 x 30 ms = 9.22 s
+    flat = simulate(reqs, Replica(decode_step_s=LOCKED.decode_step_s)).iloc[0]
+    assert flat.e2e_s == pytest.approx(LOCKED.e2e_s, abs=1e-9)
 
 
 def _interference_workload():
@@ -149,7 +158,7 @@ def test_multi_step_jump_matches_step_by_step(router, options, mode):
     reqs = poisson_requests(rate=4.0, n=400, seed=4)
     policy = "srpt" if options.get("preemptive") else "fcfs"
     options = {**options, **MODE_OPTIONS[mode]}
-    fast, log_fast = simulate(reqs, Replica(**options), replicas=2,
+    fast, log_fast = simulate(reqs, Replica(decode_step_s=STEP_S, **options), replicas=2,
                               router=router, policy=policy, seed=3, step_log=True)
     slow, log_slow = simulate(reqs, Replica(step_time=same_cost, **options),
                               replicas=2, router=router, policy=policy, seed=3, step_log=True)
@@ -331,8 +340,9 @@ def test_bad_requests_and_options_are_named():
 def test_preemptive_srpt_lets_a_short_request_displace_a_long_one():
     reqs = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": 100,
                          "output_tokens": [300, 10]})
-    patient = simulate(reqs, Replica(max_batch=1), policy="srpt")
-    eager = simulate(reqs, Replica(max_batch=1, preemptive=True), policy="srpt")
+    patient = simulate(reqs, Replica(max_batch=1, decode_step_s=STEP_S), policy="srpt")
+    eager = simulate(reqs, Replica(max_batch=1, preemptive=True, decode_step_s=STEP_S),
+                     policy="srpt")
     assert patient.admitted_s[1] > 8.0 and patient.preemptions.sum() == 0
     # the short one starts at the first step boundary after it arrives
     assert eager.admitted_s[1] < 1.0 + 0.030 + 1e-9
@@ -485,12 +495,14 @@ def test_affinity_with_prefix_cache_matches_step_by_step_and_raises_hits():
     # (measured cached tokens: affinity 126,976, least_loaded 64,512).
     reqs = with_prefixes(poisson_requests(rate=4.0, n=400, seed=4, prompt=2048), 12, seed=1)
     spec = dict(prefix_cache_blocks=16)
-    fast = simulate(reqs, Replica(**spec), replicas=3, router="affinity")
+    fast = simulate(reqs, Replica(decode_step_s=STEP_S, **spec), replicas=3,
+                    router="affinity")
     slow = simulate(reqs, Replica(step_time=same_cost, **spec), replicas=3, router="affinity")
     cols = ["admitted_s", "first_token_s", "finish_s", "max_gap_s"]
     assert (fast.replica == slow.replica).all()
     assert np.allclose(fast[cols].to_numpy(), slow[cols].to_numpy(), equal_nan=True, atol=1e-9)
-    spread = simulate(reqs, Replica(**spec), replicas=3, router="least_loaded")
+    spread = simulate(reqs, Replica(decode_step_s=STEP_S, **spec), replicas=3,
+                      router="least_loaded")
     assert fast.cached_tokens.sum() > 1.5 * spread.cached_tokens.sum()
 
 
@@ -571,7 +583,8 @@ def test_request_count_router_synchronizes_equal_length_cohorts():
     thirds = np.arange(len(reqs)) * 3 // len(reqs)
     p99 = {}
     for router in ("least_requests", "least_loaded"):
-        out, log = simulate(reqs, Replica(), replicas=6, router=router, step_log=True)
+        out, log = simulate(reqs, Replica(decode_step_s=STEP_S), replicas=6, router=router,
+                            step_log=True)
         p99[router] = out.ttft_s.groupby(thirds).quantile(0.99).to_numpy()
         p99[router + " prefill"] = log.prefill_tokens.max()
     assert p99["least_requests prefill"] >= 5 * 2000 and p99["least_loaded prefill"] == 2000
