@@ -4,7 +4,7 @@ extra load where and when it should be, and bad input rejected."""
 import numpy as np
 import pandas as pd
 import pytest
-from servingcap import baddays
+from servingcap import LOCKED, baddays
 from servingcap.serving import Replica, simulate
 
 
@@ -92,7 +92,7 @@ def test_tenant_burst_fractional_factor(day):
 
 def test_transforms_feed_the_simulator(day):
     out = baddays.retry_storm(day, 10.0, 10.0, 2.0)
-    sim = simulate(out, Replica(), replicas=2)
+    sim = simulate(out, Replica(decode_step_s=LOCKED.decode_step_table), replicas=2)
     assert len(sim) == len(out)
     assert (sim.index == out.index).all()
 

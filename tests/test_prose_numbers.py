@@ -6,10 +6,6 @@ stale numbers behind. This test scans the markdown cells of every chapter for nu
 literals outside glue roles (and every other role), math, code spans, code blocks,
 labels and link targets. What is left must be covered by a short per-chapter allowlist
 of phrases (structure such as "cause 2", an HTTP status code, a name with a digit).
-
-Chapters 7-15 are re-derived by later work (the statistics and grounded-engine issues);
-their currently typed numbers are listed, per chapter, in ``PENDING_REDERIVATION``, so
-the test still fails on any *new* typed number there, and on any chapter of 1-6.
 """
 
 from __future__ import annotations
@@ -48,18 +44,9 @@ ALLOWED = {
                             "priority 0", "priority 1", "slowdown of 1 means",
                             "longest 1 %", "at rate 1 whenever"),
     "goodput": ("Rule 1", "Rule 2"),
+    # the playbook's item numbers (its table and one reference to item 1)
+    "capacity_planning": ("Playbook item 1", *(f"| {k} |" for k in range(1, 11))),
 }
-
-# pending re-derivation (issue 12): chapters 7-15's typed numbers as of this test's
-# writing, as {literal: count}. Remove entries as the chapters are re-derived and glued;
-# never add to them.
-PENDING_REDERIVATION: dict[str, dict[str, int]] = {
-    "capacity_planning": {
-        "0": 2, "1": 4, "2": 1, "3": 1, "4": 1, "5": 2, "6": 1, "7": 1, "8": 1, "9": 1,
-        "10": 2, "20": 2, "30": 1, "60": 1, "90": 1, "100": 2, "300": 1, "429": 2,
-    },
-}
-
 
 def _strip_fences(text: str) -> str:
     """Drop code blocks; keep the body of directive fences (exercise, admonition...),
@@ -118,17 +105,14 @@ def typed_numbers(path: Path) -> Counter:
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_no_typed_numbers_in_prose(path):
     typed = typed_numbers(path)
-    pending = Counter(PENDING_REDERIVATION.get(path.stem, {}))
-    new = typed - pending
-    assert not new, (
-        f"{path.stem}: numbers typed in prose {dict(new)}; glue them from the code "
+    assert not typed, (
+        f"{path.stem}: numbers typed in prose {dict(typed)}; glue them from the code "
         "(myst-nb {glue:text}) or, if they are structure, add the phrase to ALLOWED")
 
 
 def test_allowlists_name_real_chapters_and_phrases():
     stems = {p.stem for p in CHAPTERS}
-    assert set(ALLOWED) <= stems and set(PENDING_REDERIVATION) <= stems
-    assert not set(ALLOWED) & set(PENDING_REDERIVATION)
+    assert set(ALLOWED) <= stems
     for stem, phrases in ALLOWED.items():
         nb = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
