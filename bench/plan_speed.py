@@ -32,7 +32,7 @@ from servingcap.serving import Replica, simulate
 
 TARGET_S = 60.0
 EXAMPLE = ["--rate", "30", "--prompt-tokens", "2000", "--output-tokens", "300",
-           "--prefill-rate", "8000", "--decode-step-ms", "30", "--max-batch", "32",
+           "--prefill-rate", "8000", "--max-batch", "32",
            "--ttft-p99-ms", "1000", "--tpot-p99-ms", "50", "--target", "0.99", "--spares", "1",
            "--no-progress"]
 LIMITS = {"ttft_s": 1.0, "tpot_s": 0.05}

@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['prefill_rate']:g})")
     g.add_argument("--decode-step-ms", type=str, metavar="MS", default=S,
                    help="one decode step time at every batch size, milliseconds "
-                        f"(default: the book's decode curve, {_LOCKED_TABLE_TEXT})")
+                        "(replaces the default decode curve, see --decode-table)")
     g.add_argument("--decode-table", type=str, metavar="B:MS,...", default=S,
                    help="decode step time by batch size, batch:milliseconds pairs, "
                         "interpolated linearly (replaces --decode-step-ms; default: the "
