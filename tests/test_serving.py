@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from servingcap import LOCKED, MG1, sim
+from servingcap.llm import decode_step_time
 from servingcap.serving import Replica, StepDetail, detailed, simulate
 
 
@@ -603,3 +604,15 @@ def test_a_rejected_last_simultaneous_arrival_still_wakes_the_replica():
     capped = Replica(max_batch=1, max_queue=2)           # the queue cap rejects the last
     out = simulate(reqs.assign(prompt_tokens=100), capped)
     assert out.outcome.tolist() == ["done"] * 3 + ["rejected"] * 4
+
+
+def test_a_decode_table_is_extended_past_its_last_point_and_held_below_its_first():
+    # the book's curve: 30 ms at 32, 55 ms at 64, so 0.78125 ms per extra sequence past 64
+    book = Replica()
+    assert book.decode_time(96) == pytest.approx(0.055 + 32 * 0.025 / 32)      # 80 ms
+    assert book.decode_time(96) == pytest.approx(LOCKED.decode_step_at(96))
+    assert book.decode_time(96) == pytest.approx(decode_step_time(96, LOCKED.decode_step_table))
+    own = Replica(decode_step_s={16: 0.020, 32: 0.030})
+    assert own.decode_time(1) == 0.020 and own.decode_time(64) == pytest.approx(0.050)
+    flat_then_cheaper = Replica(decode_step_s={16: 0.030, 32: 0.020})
+    assert flat_then_cheaper.decode_time(64) == 0.020    # a falling last segment is held

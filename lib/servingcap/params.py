@@ -79,11 +79,15 @@ class ServingParams:
         return {b: scale * t for b, t in sorted(table.items())}
 
     def decode_step_at(self, batch) -> float:
-        """Decode step time (s) at ``batch`` sequences on :attr:`decode_step_table`,
-        linear between its points (as the simulator reads a table)."""
+        """Decode step time (s) at ``batch`` sequences on :attr:`decode_step_table`, read
+        as the simulator reads a table (``servingcap.serving._table_step_s``: linear
+        between points, extended along the last segment past the largest batch)."""
+        from .serving import _table_step_s
+
         b = _check.positive("batch", batch)
         table = self.decode_step_table
-        return float(np.interp(b, list(table), list(table.values())))
+        return _table_step_s(b, np.array(list(table), dtype=float),
+                            np.array(list(table.values()), dtype=float))
 
     @property
     def prefill_s(self) -> float:

@@ -113,8 +113,9 @@ class Replica:
     prefill_rate : float
         Prompt tokens prefilled per second (tokens/s), used by the default cost model.
     decode_step_s : float, mapping or callable
-        Decode step time (s): a constant, a ``{batch: seconds}`` table interpolated
-        linearly (clamped at its ends), or a function ``batch -> seconds``. Default: the
+        Decode step time (s): a constant, a ``{batch: seconds}`` table (linear between
+        its points, extended along its last segment past the largest batch, held below
+        the smallest: ``_table_step_s``), or a function ``batch -> seconds``. Default: the
         book's decode curve, ``LOCKED.decode_step_table`` (30 ms at the locked batch of
         32, faster at smaller batches), so ``Replica()`` is the book's replica.
     max_batch : int
@@ -348,6 +349,18 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def _table_step_s(batch: float, batches, seconds) -> float:
+    """Decode step time (s) at ``batch`` from a measured table (``batches`` ascending,
+    ``seconds`` > 0): linear between points; past the largest batch, extended along the
+    last segment (a step never gets cheaper as the batch grows, so a replica allowed a
+    larger batch than was measured is not given free tokens); below the smallest batch,
+    held at its time (the cautious choice, and never <= 0)."""
+    if batch > batches[-1] and len(batches) > 1:
+        slope = (seconds[-1] - seconds[-2]) / (batches[-1] - batches[-2])
+        return float(seconds[-1] + max(slope, 0.0) * (batch - batches[-1]))
+    return float(np.interp(batch, batches, seconds))
+
+
 def _decode_curve(spec) -> Callable[[int], float]:
     if callable(spec):
         return lambda b: float(spec(b))
@@ -358,7 +371,7 @@ def _decode_curve(spec) -> Callable[[int], float]:
         seconds = np.array([_check.positive(f"decode_step_s[{b}]", spec[b]) for b in sorted(spec)])
         for b in batches:
             _check.positive("decode_step_s batch", b)
-        return lambda b: float(np.interp(b, batches, seconds))
+        return lambda b: _table_step_s(b, batches, seconds)
     value = _check.positive("decode_step_s", spec)
     return lambda b: value
 
