@@ -72,7 +72,11 @@ CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps"
 """Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
-confidence interval. Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
+confidence interval, except for the latencies: ``ttft_p99_s`` and ``tpot_p99_s`` are the
+p99 of the kept requests of *all* replications pooled (the companion of the attainment,
+which pools them too, so a replication that fails shows in the p99 instead of being
+averaged away), and ``ttft_p99_low`` / ``ttft_p99_high`` the lowest and highest p99 of a
+single replication (the run-to-run range; the pooled p99 lies inside it). Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
 *finishing* (and meeting the limits) inside the kept arrival window, from one hold time
 after its start (the batches fill) to its last arrival, per second of it.
 ``run_s`` and ``requests`` are the simulated seconds and requests per replication
@@ -638,12 +642,13 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
                     "ttft_goodput": float((run["ok_ttft"] & inside).sum()) / span,
                     "throughput": float(inside.sum()) / span,
                     "ttft_p99": _p99(run["ttft"][cut:]),
-                    "tpot_p99": _p99(np.where(np.isnan(run["tpot"][cut:]), np.nan,
-                                              run["tpot"][cut:])),
                     "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
                     "warmup_s": float(start - run["arrival"][0]),
                     "steady": short or _steady(run, s)})
     table = pd.DataFrame(per)
+    kept = [min(c, r["arrival"].size - 2) for r, c in zip(runs, cuts, strict=True)]
+    pooled_ttft = _p99(np.concatenate([r["ttft"][c:] for r, c in zip(runs, kept)]))
+    pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept)]))
     if len(runs) >= 2:
         attain = stats.mean_ci(table["attainment"], conf)
     else:
@@ -652,16 +657,16 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
         attain = (stats.mean_ci([kept.mean()], conf) if short       # no interval: undecided
                   else stats.batch_means_ci(kept, conf))
     good = _interval(table["goodput"], conf)
-    ttft = _interval(table["ttft_p99"], conf)
     unstable = (~table["steady"]).sum() * 2 >= len(runs)
     verdict = "unstable" if unstable else attain.decide(s.target)
     return {"rate_rps": rate, "throughput_rps": float(table["throughput"].mean()),
             "ttft_goodput_rps": float(table["ttft_goodput"].mean()),
             "goodput_rps": good.value, "goodput_low": good.low, "goodput_high": good.high,
             "attainment": attain.value, "attainment_low": max(attain.low, 0.0),
-            "attainment_high": min(attain.high, 1.0), "ttft_p99_s": ttft.value,
-            "ttft_p99_low": ttft.low, "ttft_p99_high": ttft.high,
-            "tpot_p99_s": float(table["tpot_p99"].mean()), "replications": len(runs),
+            "attainment_high": min(attain.high, 1.0), "ttft_p99_s": pooled_ttft,
+            "ttft_p99_low": float(table["ttft_p99"].min()),
+            "ttft_p99_high": float(table["ttft_p99"].max()),
+            "tpot_p99_s": pooled_tpot, "replications": len(runs),
             "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
             "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,
             "meets": verdict == "meets"}
