@@ -4,7 +4,7 @@ slowdown accounting, Cobham's formula against the simulator, and the conservatio
 import numpy as np
 import pandas as pd
 import pytest
-from servingcap import MG1, UnstableQueueError
+from servingcap import LOCKED, MG1, UnstableQueueError
 from servingcap import policies as pol
 from servingcap.serving import Replica, detailed, simulate
 
@@ -24,8 +24,12 @@ def test_unqueued_e2e_matches_a_request_alone_in_the_simulator():
     for replica in (Replica(max_batch=1), Replica(max_batch=8, chunk_tokens=512)):
         out = simulate(reqs, replica)
         assert np.allclose(out.e2e_s, pol.unqueued_e2e_s(reqs, replica))
-    # the locked typical request: 0.25 + 299 x 0.030 = 9.22 s
-    assert pol.unqueued_e2e_s(reqs.iloc[[0]])[0] == pytest.approx(9.22)
+    # the locked typical request alone: 0.25 s + 299 steps at batch 1 on the book's curve;
+    # with the seed's constant 30 ms step, 0.25 + 299 x 0.030 = 9.22 s
+    alone = LOCKED.prefill_s + 299 * LOCKED.decode_step_at(1)
+    assert pol.unqueued_e2e_s(reqs.iloc[[0]])[0] == pytest.approx(alone)
+    flat = Replica(decode_step_s=LOCKED.decode_step_s)
+    assert pol.unqueued_e2e_s(reqs.iloc[[0]], flat)[0] == pytest.approx(9.22)
 
 
 def test_unqueued_e2e_with_a_custom_cost_model_sums_its_steps():
@@ -48,7 +52,7 @@ def test_full_batch_work_and_capacity():
     m = mix()
     one, eight = Replica(max_batch=1), Replica(max_batch=8)
     assert np.allclose(pol.full_batch_work_s(m, one), pol.unqueued_e2e_s(m, one))
-    work8 = m.prompt_tokens / 8000 + (m.output_tokens - 1) * 0.030 / 8
+    work8 = m.prompt_tokens / 8000 + (m.output_tokens - 1) * LOCKED.decode_step_at(8) / 8
     assert np.allclose(pol.full_batch_work_s(m, eight), work8)
     assert pol.capacity_rate(m, eight) == pytest.approx(1 / work8.mean())
     with pytest.raises(ValueError, match="step_time"):
@@ -150,7 +154,7 @@ def test_sjf_simulation_agrees_with_cobham():
     rng = np.random.default_rng(11)
     n = 40_000
     out_tokens = rng.choice([20, 100, 400], size=n, p=[0.5, 0.3, 0.2])
-    service = (out_tokens - 1) * 0.030 + 100 / 8000
+    service = (out_tokens - 1) * LOCKED.decode_step_at(1) + 100 / 8000    # one slot
     lam = 0.8 / service.mean()
     reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / lam, n)),
                          "prompt_tokens": 100, "output_tokens": out_tokens})
