@@ -6,9 +6,12 @@ releases batch slots turns that wait into a *queue depth*:
 
 * wait budget ``= ttft_slo_s - prefill_s`` (s);
 * drain rate ``mu`` (requests/s): how fast queued requests reach a slot;
-* queue-depth cap ``k* = wait budget * mu`` (requests): an arrival that finds more than
-  ``k*`` requests ahead of it needs at least ``k / mu > wait budget`` seconds to reach a
-  slot, so it is already doomed when it arrives.
+* queue-depth cap ``k* = (wait budget - head wait) * mu`` (requests): an arrival that
+  finds ``k`` requests ahead waits on average about ``head_wait + k / mu`` seconds (the
+  ``k`` ahead need a slot each, then the arrival waits for one more to free), so once
+  ``k > k*`` it is doomed on average the moment it arrives. The seed's arithmetic drops
+  the head wait (``k* = wait budget * mu``); a memoryless stream of completions gives a
+  head wait of ``1 / mu``, i.e. ``k* = wait budget * mu - 1``.
 
 Two drain rates appear in the book. :func:`slot_drain_rate` is the seed essay's
 ``slots / T_hold`` (each slot an independent server held ``T_hold`` seconds). On a
@@ -98,33 +101,45 @@ def colocated_drain_rate(prefill_s: float, output_tokens: float, decode_step_s: 
 
 
 @_check.guarded
-def queue_depth_cap(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> float:
-    """Queue depth (requests) beyond which an arrival is certain to miss its TTFT.
+def queue_depth_cap(ttft_slo_s: float, prefill_s: float, drain_rate: float,
+                    head_wait_s: float = 0.0) -> float:
+    """Queue depth (requests) beyond which an arrival misses its TTFT on average.
 
-    ``k* = (ttft_slo_s - prefill_s) * drain_rate``: requests ahead of an arrival leave
-    the queue at ``drain_rate`` requests/s, so ``k`` of them take ``k / drain_rate``
-    seconds, which exceeds the wait budget once ``k > k*``. Seed numbers:
+    ``k* = (ttft_slo_s - prefill_s - head_wait_s) * drain_rate``. Requests ahead of an
+    arrival reach a slot at ``drain_rate`` requests/s, so ``k`` of them take
+    ``k / drain_rate`` seconds; after them the arrival still waits ``head_wait_s``
+    seconds (s) on average for a slot of its own to free. Its expected wait exceeds the
+    budget once ``k > k*``.
+
+    ``head_wait_s = 0`` (the default) is the seed's arithmetic:
     ``queue_depth_cap(1.0, 0.25, 32 / 9.25)`` is 2.59 requests (0.75 x 3.5 = 2.6 with
-    the rate rounded). Returns a float; see :func:`max_queue_setting` for the integer
-    setting of a replica.
+    the rate rounded). Completions of a full batch whose sequences sit at scattered
+    stages arrive roughly as a Poisson stream, whose residual time to the next
+    completion is ``1 / drain_rate``; passing that gives ``k* = budget x mu - 1``.
+    A negative result means that even an arrival at the head of the queue misses on
+    average. Returns a float; see :func:`max_queue_setting` for the integer setting.
     """
     budget = wait_budget_s(ttft_slo_s, prefill_s)
     mu = _check.positive("drain_rate", drain_rate)
-    return budget * mu
+    head = _check.nonnegative("head_wait_s", head_wait_s)
+    return (budget - head) * mu
 
 
 @_check.guarded
-def max_queue_setting(ttft_slo_s: float, prefill_s: float, drain_rate: float) -> int:
-    """The ``Replica(max_queue=...)`` that rejects exactly the arrivals already doomed.
+def max_queue_setting(ttft_slo_s: float, prefill_s: float, drain_rate: float,
+                      head_wait_s: float = 0.0) -> int:
+    """The ``Replica(max_queue=...)`` that refuses the arrivals doomed on average.
 
-    A replica with ``max_queue = m`` rejects an arrival that finds ``m`` or more
-    requests waiting. Arrivals finding ``k <= floor(k*)`` waiting can still make the
-    wait budget, so ``m = floor(k*) + 1``. Seed numbers: ``k* = 2.59`` gives 3. This is
-    the *loosest* useful cap (it refuses nobody who could have succeeded); a tighter
-    one also refuses some who would narrowly have made it, which a simulation sweep
-    can judge.
+    A replica with ``max_queue = m`` refuses an arrival that finds ``m`` or more
+    requests waiting. Arrivals finding ``k <= floor(k*)`` waiting (``k*`` from
+    :func:`queue_depth_cap` with the same arguments) expect to make the wait budget,
+    so ``m = max(floor(k*) + 1, 0)``; ``m = 0`` admits only into free slots. Seed
+    numbers (no head wait): ``k* = 2.59`` gives 3; with the head wait ``1 / mu``,
+    ``k* = 1.59`` gives 2. The setting is judged on the mean wait; a simulation sweep
+    at the overload that matters confirms it.
     """
-    return int(math.floor(queue_depth_cap(ttft_slo_s, prefill_s, drain_rate))) + 1
+    k = queue_depth_cap(ttft_slo_s, prefill_s, drain_rate, head_wait_s)
+    return max(int(math.floor(k)) + 1, 0)
 
 
 @_check.guarded
@@ -181,13 +196,15 @@ def tpot_batch_cap(tpot_slo_s: float, prefill_s: float, output_tokens: float,
 @_check.guarded
 def max_prompt_tokens_for_ttft(ttft_slo_s: float, prefill_rate: float,
                                decode_step_s: float = 0.0) -> int:
-    """Longest prompt (tokens) that can meet TTFT on an idle replica.
+    """Longest prompt (tokens) whose first token can meet TTFT, queue empty.
 
-    The first token comes out of a step that runs the whole prefill (and, when other
-    sequences are decoding, their decode step too), so a prompt longer than
-    ``(ttft_slo_s - decode_step_s) * prefill_rate`` misses even with an empty queue:
-    it is *impossible work* and can be refused before prefill starts. Locked numbers:
-    (1.0 - 0.030) x 8000 = 7,760 tokens.
+    The first token comes out of the step that runs the whole prefill, plus the decode
+    step of whatever batch is running alongside (``decode_step_s``, s), so a prompt
+    longer than ``(ttft_slo_s - decode_step_s) * prefill_rate`` misses even with an
+    empty queue. On an idle replica nothing else decodes: leave ``decode_step_s`` at 0
+    (locked numbers: 1.0 x 8000 = 8,000 tokens, *impossible work* beyond it, which can
+    be refused before prefill starts). Next to a running batch pass that batch's step
+    (with a 30 ms step: (1.0 - 0.030) x 8000 = 7,760 tokens).
     """
     slo = _check.positive("ttft_slo_s", ttft_slo_s)
     rate = _check.positive("prefill_rate", prefill_rate)
