@@ -109,6 +109,55 @@ def test_estimate_decides_by_its_interval():
     assert stats.batch_means_ci(np.ones(100)).half_width == 0.0
 
 
+def test_mean_ci_default_is_the_plain_t_interval_and_bounds_none_changes_nothing():
+    x = [0.0, 0.0, 0.001, 0.0, 0.002, 0.0, 0.0, 0.0]    # miss rates near zero
+    est = stats.mean_ci(x)
+    half = stats._st.t.ppf(0.975, 7) * np.std(x, ddof=1) / math.sqrt(8)
+    assert est.value == pytest.approx(np.mean(x), abs=1e-15)
+    assert est.low == pytest.approx(np.mean(x) - half, abs=1e-15) and est.low < 0
+    assert est.high == pytest.approx(np.mean(x) + half, abs=1e-15)
+    assert est.method == "t over 8 replications"
+    assert stats.mean_ci(x, bounds=None) == est
+
+
+def test_mean_ci_bounds_clip_a_rate_to_its_range_and_say_so():
+    x = [0.0, 0.0, 0.001, 0.0, 0.002, 0.0, 0.0, 0.0]
+    plain, clipped = stats.mean_ci(x), stats.mean_ci(x, bounds=(0, 1))
+    assert clipped.low == 0.0 and clipped.high == plain.high
+    assert clipped.value == plain.value and clipped.n == plain.n == 8
+    assert clipped.method == "t over 8 replications, clipped to [0, 1]"
+    # an interval already inside the range is untouched (only the method says bounds)
+    inside = stats.mean_ci([0.4, 0.5, 0.6], bounds=(0, 1))
+    assert (inside.low, inside.high) == (stats.mean_ci([0.4, 0.5, 0.6]).low,
+                                         stats.mean_ci([0.4, 0.5, 0.6]).high)
+    # one replication: the infinite interval becomes the whole range
+    one = stats.mean_ci([0.3], bounds=(0, 1))
+    assert (one.low, one.high) == (0.0, 1.0) and one.method.endswith("[0, 1]")
+    # a half-infinite range clips only one side
+    pos = stats.mean_ci([0.0, 0.0, 3.0], bounds=(0, math.inf))
+    assert pos.low == 0.0 and pos.high == stats.mean_ci([0.0, 0.0, 3.0]).high
+    assert pos.method.endswith("clipped to [0, inf]")
+
+
+def test_clipping_to_the_parameter_range_does_not_change_coverage():
+    # Small Bernoulli miss rates: 8 replications of 300 requests at p = 0.002, so many
+    # replications see no miss and the plain t-interval often dips below zero. For the
+    # true p (inside [0, 1]) the covered / not-covered outcome is the same experiment by
+    # experiment, so the two coverages are identical, not merely close.
+    rng = np.random.default_rng(7)
+    p, hits_plain, hits_clip, dipped = 0.002, 0, 0, 0
+    for _ in range(500):
+        rates = rng.binomial(300, p, size=8) / 300
+        a, b = stats.mean_ci(rates), stats.mean_ci(rates, bounds=(0, 1))
+        dipped += a.low < 0
+        hits_plain += a.low <= p <= a.high
+        hits_clip += b.low <= p <= b.high
+        assert b.low >= 0 and b.high <= 1
+        for limit in (0.001, 0.002, 0.01):      # verdicts against limits in range
+            assert a.decide_at_most(limit) == b.decide_at_most(limit)
+    assert dipped > 100 and hits_plain == hits_clip
+
+
 def test_replication_seeds_are_prefix_stable():
     a = [s.generate_state(1)[0] for s in stats.replication_seeds(3, 4)]
     b = [s.generate_state(1)[0] for s in stats.replication_seeds(3, 8)]
@@ -129,6 +178,11 @@ def test_replication_seeds_are_prefix_stable():
     (lambda: stats.batch_means_ci([1.0], batches=1), "batches"),
     (lambda: stats.steady_state(np.ones(100), alpha=2), "alpha"),
     (lambda: stats.warmup_cuts([]), "runs"),
+    (lambda: stats.mean_ci([0.1, 0.2], bounds=(1, 0)), "bounds"),
+    (lambda: stats.mean_ci([0.1, 0.2], bounds=(0, math.nan)), "bounds"),
+    (lambda: stats.mean_ci([0.1, 0.2], bounds=0.5), "bounds"),
+    (lambda: stats.mean_ci([0.1, 0.2], bounds="01"), "bounds"),
+    (lambda: stats.mean_ci([0.1, 1.2], bounds=(0, 1)), "bounds"),
 ])
 def test_bad_input_names_the_parameter(call, named):
     with pytest.raises(ValueError, match=named):

@@ -163,31 +163,72 @@ def mser(values, batch: int = MSER_BATCH) -> Warmup:
 # --------------------------------------------------------------------------- intervals
 
 
-def mean_ci(estimates, confidence: float = 0.95, *, what: str = "replications") -> Estimate:
+def _bounds(bounds) -> tuple[float, float]:
+    """``bounds`` as (low, high): numbers, not NaN, low < high; +-inf allowed."""
+    try:
+        low, high = bounds
+        low, high = float(low), float(high)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bounds must be a pair (low, high) of numbers, got {bounds!r}"
+                         ) from exc
+    if isinstance(bounds, (str, bytes)) or math.isnan(low) or math.isnan(high):
+        raise ValueError(f"bounds must be a pair (low, high) of numbers, got {bounds!r}")
+    if not low < high:
+        raise ValueError(f"bounds must have low < high, got {bounds!r}")
+    return low, high
+
+
+def mean_ci(estimates, confidence: float = 0.95, *, what: str = "replications",
+            bounds=None) -> Estimate:
     """Student-t interval for the mean of independent estimates (one per replication).
 
     This is the interval to use for a simulated percentile or attainment: each
     replication (its own seed, warm-up deleted) gives one estimate, and replications are
     independent even though requests within one are not. With one estimate the
     interval is (-inf, inf); with identical estimates it has zero width.
+
+    ``bounds=(low, high)`` is the range the estimated quantity can take (same unit as
+    the estimates; either end may be infinite): ``(0, 1)`` for a proportion such as a
+    miss rate or an attainment, ``(0, math.inf)`` for a rate or a latency. The
+    symmetric t-interval is then clipped to that range, so a miss rate near zero gets
+    a lower end of 0 instead of a negative one, and ``method`` says so (e.g. ``"t over
+    8 replications, clipped to [0, 1]"``). Clipping does not change the coverage: the
+    true value lies inside ``bounds``, so it lies inside the clipped interval exactly
+    when it lies inside the unclipped one; the point estimate is unchanged. Every
+    estimate must itself lie inside ``bounds``. The default ``None`` leaves the
+    interval as it is.
     """
     x = _check.array("estimates", estimates)
     conf = _confidence(confidence)
     if x.size == 0:
         raise ValueError("estimates must hold at least 1 value, got 0")
+    if bounds is not None:
+        lo_b, hi_b = _bounds(bounds)
+        outside = (x < lo_b) | (x > hi_b)
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise ValueError(f"estimates must lie within bounds [{lo_b:g}, {hi_b:g}], "
+                             f"got {x[i]!r} at index {i}")
     with np.errstate(over="ignore", invalid="ignore"):
         mean = float(x.mean())
     _check.finite_result(mean, f"the mean of estimates of magnitude up to "
                          f"{float(np.abs(x).max()):.3g}")
     if x.size == 1:
-        return Estimate(mean, -math.inf, math.inf, conf, 1, f"t over 1 {what[:-1]}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        half = float(_st.t.ppf(0.5 + conf / 2, x.size - 1) * x.std(ddof=1)
-                     / math.sqrt(x.size))
-    _check.finite_result(mean + half + (mean - half),
-                         f"estimates of magnitude up to {float(np.abs(x).max()):.3g}")
-    return Estimate(mean, mean - half, mean + half, conf, int(x.size),
-                    f"t over {x.size} {what}")
+        low, high, n, method = -math.inf, math.inf, 1, f"t over 1 {what[:-1]}"
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            half = float(_st.t.ppf(0.5 + conf / 2, x.size - 1) * x.std(ddof=1)
+                         / math.sqrt(x.size))
+        _check.finite_result(mean + half + (mean - half),
+                             f"estimates of magnitude up to "
+                             f"{float(np.abs(x).max()):.3g}")
+        low, high, n = mean - half, mean + half, int(x.size)
+        method = f"t over {x.size} {what}"
+    if bounds is not None:
+        mean = min(max(mean, lo_b), hi_b)   # rounding only: every estimate is inside
+        low, high = max(low, lo_b), min(high, hi_b)
+        method += f", clipped to [{lo_b:g}, {hi_b:g}]"
+    return Estimate(mean, low, high, conf, n, method)
 
 
 def batch_means_ci(values, confidence: float = 0.95, batches: int = 10) -> Estimate:
