@@ -538,8 +538,12 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     simulations of :func:`servingcap.disagg.simulate_disaggregated`), the same output
     analysis: each run's warm-up is cut by MSER-5 on the other runs' average TTFT
     (:func:`servingcap.stats.warmup_cuts`); each replication gives one attainment (the
-    share of kept requests that finished within every limit) and one p99 TTFT; the
-    interval is Student-t across replications (:func:`servingcap.stats.mean_ci`); the
+    share of kept requests that finished within every limit); the attainment interval
+    is Student-t across replications (:func:`servingcap.stats.mean_ci`). The p99s are
+    those of the kept requests of all replications pooled, as in
+    :data:`servingcap.planning.CURVE_COLUMNS` (a mean of per-run p99s would average a
+    failing replication away), with the lowest and highest single-run p99 TTFT as the
+    run-to-run range (not a confidence interval). The
     verdict is ``"unstable"`` when at least half the runs fail
     :func:`servingcap.stats.steady_state` (TTFT judged against the TTFT limit, misses
     against the share ``1 - target`` allows), else ``meets`` / ``misses`` /
@@ -561,9 +565,11 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     -------
     dict
         ``attainment``, ``attainment_low``, ``attainment_high`` (fractions),
-        ``ttft_p99_s``, ``ttft_p99_low``, ``ttft_p99_high``, ``tpot_p99_s`` (s, mean
-        over replications), ``replications``, ``run_s`` (mean simulated seconds after
-        warm-up), ``verdict``.
+        ``ttft_p99_s`` and ``tpot_p99_s`` (s, p99 of all replications' kept requests
+        pooled), ``ttft_p99_low`` / ``ttft_p99_high`` (s, the lowest / highest p99 TTFT
+        of one replication), ``requests`` (kept requests, all replications together),
+        ``misses`` (how many of them missed a limit), ``replications``, ``run_s`` (mean
+        simulated seconds after warm-up), ``verdict``.
     """
     from . import stats
 
@@ -598,24 +604,30 @@ def replicated_attainment(runs, limits, target: float = 0.99,
         steady = (stats.steady_state(signal, scale=lim.get("ttft_s")).steady
                   and stats.steady_state((~ok).astype(float),
                                          scale=max(1.0 - goal, 1e-3)).steady)
-        kept_tpot = tpot[cut:][~np.isnan(tpot[cut:])]
         per.append((float(ok[cut:].mean()),
                     float(np.quantile(ttft[cut:], 0.99, method="inverted_cdf")),
-                    float(np.quantile(kept_tpot, 0.99, method="inverted_cdf"))
-                    if kept_tpot.size else math.nan,
-                    float(arrival[-1] - arrival[cut]), steady))
+                    float(arrival[-1] - arrival[cut]), steady,
+                    ttft[cut:], tpot[cut:], ok[cut:]))
     attain = stats.mean_ci([p[0] for p in per], conf)
-    p99 = [p[1] for p in per]
-    ttft_ci = (stats.mean_ci(p99, conf) if np.isfinite(p99).all()
-               else stats.Estimate(math.inf, math.inf, math.inf, conf, len(p99),
-                                   "not finite"))
-    unstable = 2 * sum(not p[4] for p in per) >= len(per)
+    unstable = 2 * sum(not p[3] for p in per) >= len(per)
+    kept_ok = np.concatenate([p[6] for p in per])
     return {"attainment": attain.value, "attainment_low": max(attain.low, 0.0),
-            "attainment_high": min(attain.high, 1.0), "ttft_p99_s": ttft_ci.value,
-            "ttft_p99_low": ttft_ci.low, "ttft_p99_high": ttft_ci.high,
-            "tpot_p99_s": float(np.mean([p[2] for p in per])),
-            "replications": len(per), "run_s": float(np.mean([p[3] for p in per])),
+            "attainment_high": min(attain.high, 1.0),
+            "ttft_p99_s": _pooled_p99([p[4] for p in per]),
+            "ttft_p99_low": min(p[1] for p in per),
+            "ttft_p99_high": max(p[1] for p in per),
+            "tpot_p99_s": _pooled_p99([p[5] for p in per]),
+            "requests": int(kept_ok.size), "misses": int((~kept_ok).sum()),
+            "replications": len(per), "run_s": float(np.mean([p[2] for p in per])),
             "verdict": "unstable" if unstable else attain.decide(goal)}
+
+
+def _pooled_p99(parts) -> float:
+    """p99 (inverted CDF) of the non-NaN values of all parts together; NaN if none."""
+    values = np.concatenate(parts)
+    values = values[~np.isnan(values)]
+    return (float(np.quantile(values, 0.99, method="inverted_cdf")) if values.size
+            else math.nan)
 
 
 # --------------------------------------------------------------------------- cost
