@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(2) the smallest replica count whose simulated SLO attainment meets --target\n"
             "(continuous-batching simulator), with a confidence interval, p99 TTFT/TPOT,\n"
             "goodput, replications and run length, and the count one below; (3) the\n"
-            "capacity knee: the largest rate that many serving replicas are shown to carry\n"
+            "plan rate: the largest rate that many serving replicas are shown to carry\n"
             "(spares held back), found by bisection on the simulator.\n\n"
             "A request meets the SLO when it finishes with TTFT <= --ttft-p99-ms and mean\n"
             "TPOT <= --tpot-p99-ms; a fleet meets it when the --confidence interval of its\n"
@@ -791,7 +791,7 @@ def render(s: Settings, result) -> str:
                 - result.at_size["replications"])
     lines += [
         "",
-        f"3. Capacity knee: {_replicas(fleet.replicas)} (spares held back) "
+        f"3. Plan rate: {_replicas(fleet.replicas)} (spares held back) "
         f"{'carries' if fleet.replicas == 1 else 'carry'} up to "
         f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s)",
         f"   at {cap.rate:.4g} req/s: attainment {_attainment(row)}, TTFT p99 "

@@ -827,7 +827,9 @@ def capacity_search(requests, replica: Replica, *, replicas: int = 1,
     Each probe is an :func:`evaluate` point (replications, warm-up cut, interval). A
     probe *meets* only when its attainment interval lies at or above the target; one
     that misses, is undecided after ``budget`` replications, or is unstable counts as
-    not meeting, so the answer errs low, never high, under noise. The bracket's ceiling
+    not meeting, so noise mostly errs low: a probe shown to meet is wrong only with
+    probability about ``(1 - confidence) / 2``, but a search makes several probes, so
+    the answer is an estimate too (a longer run may settle it lower). The bracket's ceiling
     is the fleet's fluid throughput bound (:func:`fluid_rate`), never simulated; the
     floor is found by halving from 3/4 of it. Bisection stops when ``hi - lo <= rtol *
     hi``.
