@@ -73,3 +73,22 @@ def test_no_page_glues_the_same_key_twice():
             for cell in json.loads(page.read_text())["cells"] for out in cell.get("outputs", []))
         names.pop(None, None)
         assert not [k for k, n in names.items() if n > 1], page.name
+
+
+def test_glued_values_are_plain_python_numbers():
+    # A numpy scalar glues as "np.float64(...)", which myst-nb cannot format with a
+    # format spec such as :.1f (a warning, so an error, in the book build): glue float(x).
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bad = []
+    for page in [*root.glob("chapters/*.ipynb"), *root.glob("appendices/*.ipynb")]:
+        for cell in json.loads(page.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+                text = "".join(out.get("data", {}).get(
+                    "application/papermill.record/text/plain", ""))
+                if name and text.startswith(("np.", "numpy.")):
+                    bad.append(f"{page.stem}:{name}={text}")
+    assert not bad, bad
