@@ -433,11 +433,7 @@ def request_tokens(frame, table: str = "requests") -> None:
 def requests(frame, minimum: int = 1) -> pd.DataFrame:
     """A request table: a DataFrame with ``arrival_s, prompt_tokens, output_tokens``
     (s, tokens, tokens), at least ``minimum`` rows and finite arrival times."""
-    if not isinstance(frame, pd.DataFrame):
-        raise ValueError(f"requests must be a pandas DataFrame, got {type(frame).__name__}")
-    missing = [c for c in REQUEST_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"requests is missing column(s) {missing}; has {list(frame.columns)}")
+    table("requests", frame, REQUEST_COLUMNS)
     if len(frame) < minimum:
         noun = "request" if minimum == 1 else "requests"
         raise ValueError(f"requests must hold at least {minimum} {noun}, got {len(frame)}")
