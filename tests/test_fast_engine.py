@@ -5,6 +5,8 @@ for every configuration; each case runs both and compares the whole output frame
 exactly (``check_exact=True``: the same floats, not merely close ones).
 """
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -91,13 +93,33 @@ CASES = {
 }
 ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
            "round_robin", "pooled"]
+# mixed mode's runs are the same code with a per-step chunk budget; three routers
+# (shared queue, per-replica queues routed by state and blind) keep the suite short
+MIXED_ROUTERS = ["least_loaded", "round_robin", "pooled"]
+
+
+def in_mode(spec: dict, mode: str) -> dict:
+    """A CASES spec in ``mode``: combined keeps it (with the additive cost the cases
+    were written for); mixed turns ``chunk_tokens`` into a token budget of that chunk
+    beside a full batch, and uses the default fused cost."""
+    spec = dict(spec)
+    if mode == "combined":
+        return {"mode": "combined", "step_cost": "additive", **spec}
+    chunk = spec.pop("chunk_tokens", None)
+    if chunk is not None:
+        spec["max_batched_tokens"] = chunk + spec.get("max_batch", 32)
+    return spec
+
+
+def _modes_and_routers():
+    return ([("combined", r) for r in ROUTERS] + [("mixed", r) for r in MIXED_ROUTERS])
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("router", ROUTERS)
-def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, router):
+@pytest.mark.parametrize("mode, router", _modes_and_routers())
+def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, mode, router):
     spec, options = CASES[case]
-    replica = Replica(**spec)
+    replica = Replica(**in_mode(spec, mode))
     assert usable(replica, step_log=False, horizon=np.inf)
     # rate 5/s on 3 replicas of 8 slots loads them enough to queue, time out and shed
     fast, reference = fast_and_reference(monkeypatch, requests(), replica, replicas=3,
@@ -108,7 +130,9 @@ def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, router):
 def test_one_replica_near_saturation_equal_the_reference_exactly(monkeypatch):
     # long decode runs cut by arrivals and long chunk runs on one replica
     frame = requests(n=800, rate=1.2, seed=3)
-    for spec in ({}, {"chunk_tokens": 128}):
+    for spec in (in_mode({}, "combined"), in_mode({"chunk_tokens": 128}, "combined"),
+                 {"mode": "combined", "chunk_tokens": 128},        # combined, fused cost
+                 {}, {"max_batched_tokens": 64}):                  # mixed, fused cost
         fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec))
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
@@ -122,20 +146,25 @@ def test_memory_cases_do_preempt_and_time_out(monkeypatch):
                            ("kv, timeouts, deadline shedding", True),
                            ("preemptive priority, timeouts", True)]:
         spec, options = CASES[case]
-        out = simulate(requests(), Replica(**spec), replicas=3, seed=11, **options)
-        assert out.preemptions.sum() > 0, case
-        assert (out.outcome == "timed_out").any() == timeouts, case
+        for mode in ("combined", "mixed"):
+            out = simulate(requests(), Replica(**in_mode(spec, mode)), replicas=3, seed=11,
+                           **options)
+            assert out.preemptions.sum() > 0, (case, mode)
+            assert (out.outcome == "timed_out").any() == timeouts, (case, mode)
 
 
 def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
     # long chunk and decode runs with the head of the queue waiting for memory, and
     # preemption by memory and by policy on one replica
     frame = requests(n=500, rate=0.8, seed=5)
-    for spec, options in [({"kv_capacity_tokens": 9_000, "chunk_tokens": 128}, {}),
-                          ({"kv_capacity_tokens": 9_000, "chunk_tokens": 256,
-                            "preemptive": True}, {"policy": "srpt"}),
-                          ({"kv_capacity_tokens": 12_000, "kv_block_tokens": 32}, {})]:
-        fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec), **options)
+    for (spec, options), mode in itertools.product(
+            [({"kv_capacity_tokens": 9_000, "chunk_tokens": 128}, {}),
+             ({"kv_capacity_tokens": 9_000, "chunk_tokens": 256, "preemptive": True},
+              {"policy": "srpt"}),
+             ({"kv_capacity_tokens": 12_000, "kv_block_tokens": 32}, {})],
+            ("combined", "mixed")):
+        fast, reference = fast_and_reference(monkeypatch, frame,
+                                             Replica(**in_mode(spec, mode)), **options)
         assert reference.preemptions.sum() > 0
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
@@ -144,11 +173,13 @@ def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
                                   "kv tokens", "kv, prefix cache, preemptive srpt",
                                   "kv, preemptive, detailed cost model"])
 @pytest.mark.parametrize("router", ["least_loaded", "pooled"])
-def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
+@pytest.mark.parametrize("mode", ["combined", "mixed"])
+def test_until_s_equal_the_reference_exactly(monkeypatch, case, router, mode):
     # a horizon in the middle of decode and chunk runs: the rows left unfinished keep
     # the tokens and largest gap of the steps that ended by then
     spec, options = CASES[case]
-    fast, reference = fast_and_reference(monkeypatch, requests(), Replica(**spec), replicas=3,
+    fast, reference = fast_and_reference(monkeypatch, requests(),
+                                         Replica(**in_mode(spec, mode)), replicas=3,
                                          router=router, seed=11, until_s=61.3, **options)
     unfinished = reference.outcome == "unfinished"
     assert unfinished.any() and reference.max_gap_s[unfinished].notna().any()
@@ -156,7 +187,6 @@ def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
 
 
 @pytest.mark.parametrize("spec, options", [
-    ({"mode": "mixed", "max_batched_tokens": 512}, {}),
     ({"mode": "prefill_first"}, {}),
     ({}, {"step_log": True}),
 ])

@@ -39,8 +39,9 @@ DEFAULTS = {
     "decode_table": None,
     "chunk_tokens": None,
     "max_batch": 32,
-    "mode": "combined",
+    "mode": "mixed",
     "max_batched_tokens": None,
+    "step_cost": "fused",
     "model_config": None,
     "gpu": None,
     "tp": 1,
@@ -209,8 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['mode']})")
     g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
                    help="most tokens in one step (vLLM --max-num-batched-tokens): the "
-                        "token budget of mixed mode, the prefill cap of prefill_first "
-                        "(default: none)")
+                        "token budget of mixed mode (default: the book's "
+                        f"{LOCKED.token_budget}, derived from the TPOT objective), the prefill "
+                        "cap of prefill_first (default: none)")
+    g.add_argument("--step-cost", type=str, metavar="NAME", default=S,
+                   help="built-in step cost: fused (one forward pass over all the step's "
+                        "tokens, as vLLM V1 / SGLang / TensorRT-LLM run it) or additive "
+                        "(decode step plus prefill step: the seed essay's conservative "
+                        f"floor) (default {d['step_cost']}; ignored by --model-config/--gpu "
+                        "and --profile, which price steps themselves)")
     g = p.add_argument_group(
         "step time from hardware or a published profile (instead of --prefill-rate and "
         "--decode-step-ms/--decode-table)")
@@ -456,7 +464,7 @@ class Settings:
 
 def settings(options: dict) -> Settings:
     """Merge defaults with ``options`` (already merged config + command line) and validate."""
-    from .serving import MODES, ROUTERS, Replica
+    from .serving import MODES, ROUTERS, STEP_COSTS, Replica
 
     given = dict(options)
     o = {**DEFAULTS, **given}
@@ -498,9 +506,11 @@ def settings(options: dict) -> Settings:
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
     step_time, decode, cost_text = _cost_model(o, given)
     try:
+        if o["step_cost"] not in STEP_COSTS:
+            raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
         cost = ({"step_time": step_time} if step_time is not None else
                 {"prefill_rate": _number("prefill_rate", o["prefill_rate"]),
-                 "decode_step_s": decode})
+                 "decode_step_s": decode, "step_cost": o["step_cost"]})
         replica = Replica(max_batch=max_batch, chunk_tokens=chunk, mode=mode,
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
@@ -588,7 +598,10 @@ def _cost_model(o: dict, given: dict):
         decode = LOCKED.decode_step_table
         text = f"the book's decode curve ({_LOCKED_TABLE_TEXT})"
     prefill = _number("prefill_rate", o["prefill_rate"])
-    return None, decode, f"locked-style cost: prefill {prefill:g} tokens/s, {text}"
+    how = ("fused: one forward pass, max(weight read, tokens / prefill rate) plus the "
+           "decode curve's per-sequence part" if o["step_cost"] == "fused" else
+           "additive: decode step plus prefill step, the seed's conservative floor")
+    return None, decode, f"{how}; prefill {prefill:g} tokens/s, {text}"
 
 
 def _profile(spec, tp: int):
@@ -723,6 +736,21 @@ def _fleet_row(n: int, row) -> str:
             f"{int(row['replications']):>4}  {row['run_s']:>5.0f} s  {row['verdict']}")
 
 
+def _steps_text(r) -> str:
+    """How one step of this replica is composed, in words."""
+    if r.mode == "mixed":
+        return (f"mixed steps of at most {r.token_cap():g} tokens (decodes first, one token "
+                "each; prompts split into chunks that fill the rest)")
+    if r.mode == "prefill_first":
+        cap = r.token_cap()
+        return ("prefill-first steps (whole prompts"
+                + (f" up to {cap:g} tokens a step" if cap != float("inf") else "")
+                + "; decodes wait)")
+    return ("combined steps (all decodes plus "
+            + (f"{r.chunk_tokens}-token prefill chunks)" if r.chunk_tokens
+               else "whole prompts)"))
+
+
 def render(s: Settings, result) -> str:
     """The report printed by ``plan`` (plain text, one number per claim)."""
     from .planning import fluid_rate
@@ -735,11 +763,8 @@ def render(s: Settings, result) -> str:
     rows = fleet.evaluations
     lines = [
         f"Plan for {s.rate:g} req/s ({s.workload})",
-        f"Replica: {r.max_batch} slots, "
-        + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
-        + f", {r.mode} steps"
-        + (f" of at most {r.max_batched_tokens} tokens" if r.max_batched_tokens else "")
-        + f"; router {s.router}, policy {s.policy}",
+        f"Replica: {r.max_batch} slots, {_steps_text(r)}; router {s.router}, "
+        f"policy {s.policy}",
         f"Cost model: {s.cost}",
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "

@@ -52,7 +52,7 @@ __all__ = ["usable", "FastEngine", "Shared"]
 
 def usable(spec, step_log: bool, horizon: float) -> bool:
     """Whether :class:`FastEngine` reproduces the reference for this replica and run."""
-    return spec.mode == "combined" and not step_log
+    return spec.mode in ("combined", "mixed") and not step_log
 
 
 class Shared:
@@ -79,6 +79,10 @@ class FastEngine(_Engine):
         self.s = shared
         self.running: dict[int, None] = {}    # admission order (newest last), as a dict
         self.chunk = spec.chunk_tokens or math.inf
+        # mixed: one token budget per step, decodes first (max_batch <= cap, so every
+        # decoding sequence is in every step and the token clock below holds)
+        self.mixed = spec.mode == "mixed"
+        self.cap = spec.token_cap()
         self.rate = spec.prefill_rate
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
@@ -175,13 +179,22 @@ class FastEngine(_Engine):
             worst = max(range(len(keys)), key=keys.__getitem__)
             if not heap[0][0] < keys[worst]:
                 return
+            if self.mixed and self._room() <= 0:
+                return                        # no room in this step: do not evict for nothing
             victim = running[worst]
             del self.running[victim]
             self._evict(victim, now)
 
+    def _room(self) -> int:
+        """Tokens of a mixed step's budget not yet claimed by admitted work: the
+        reference's ``_token_room``."""
+        left = self.s.left
+        return self.cap - sum(left[i] for i in self.prefilling) - len(self.joined)
+
     def _fill_free_slots(self, now: float) -> None:
         r, s, spec, heap = self.req, self.s, self.spec, self.queue.heap
         limit, used = self.limit, None
+        room = self._room() if self.mixed else math.inf
         while heap and len(self.running) < self.max_batch:
             i = heap[0][1]
             if self.expires:
@@ -210,8 +223,12 @@ class FastEngine(_Engine):
                 if used + need > limit:
                     break                                 # head of line waits for memory
                 used += need
+            if room <= 0:
+                break                                     # the step's token budget is full
             heapq.heappop(heap)
             self._start(i, now)
+            if self.mixed:
+                room -= s.left[i]
 
     def _start(self, i: int, now: float) -> None:
         r, s = self.req, self.s
@@ -292,7 +309,8 @@ class FastEngine(_Engine):
             self._admit(now)
         elif self.queue.heap and len(self.running) < self.max_batch:
             self._fill_free_slots(now)
-        left, budget = self.s.left, self.chunk
+        left = self.s.left
+        budget = self.cap - len(self.joined) if self.mixed else self.chunk
         chunks, tokens = [], 0
         for i in self.prefilling:
             if budget <= 0:
@@ -322,10 +340,10 @@ class FastEngine(_Engine):
                 repeat = self._fits_ahead(repeat)
             self.busy_until = now + repeat * duration
         else:
-            duration = self._decode_time(decoding) + tokens / self.rate
+            duration = self.spec.step_s(decoding, tokens, self._decode_time(decoding))
             self.busy_until = now + duration
             if len(chunks) == 1 and budget <= 0 and not self.evicted:  # may repeat
-                repeat = self._chunk_run(now, duration, chunks[0][0])
+                repeat = self._chunk_run(now, duration, *chunks[0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
 
@@ -339,23 +357,26 @@ class FastEngine(_Engine):
             prefill_cached=np.array([self.s.prefilled[i] for i, _ in chunks], dtype=np.int64),
             decode_context=np.array(context, dtype=np.int64)))
 
-    def _chunk_run(self, now: float, duration: float, i: int) -> int:
-        """Steps that prefill ``chunk_tokens`` of prompt ``i`` with the same decodes,
+    def _chunk_run(self, now: float, duration: float, i: int, take: int) -> int:
+        """Steps that prefill ``take`` tokens of prompt ``i`` with the same decodes,
         until its last chunk, the first finish (after which the batch changes) or the
         last step whose decodes fit in memory. Taken only when no step of the run
         could admit or preempt: the queue is empty, or the batch is full (with
         ``preemptive``, the running sequences' policy keys only improve as they
         decode), or the head of the queue waits for memory, which only fills up
-        during the run (and no timeout can take it meanwhile). Arrivals cut the run
+        during the run (and no timeout can take it meanwhile); in mixed mode the run's
+        chunk fills the budget, so no waiting request can be admitted before its last
+        chunk (and none times out meanwhile, as then the reference would pop it at a
+        boundary). Arrivals cut the run
         (:meth:`cut`); a queue shared with replicas that preempt is never run ahead."""
         limited = self.limit != math.inf
         if self.evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
         if (self.queue.heap and len(self.running) < self.max_batch
-                and (not limited or self.expires)):
+                and (self.expires or not (limited or self.mixed))):
             return 1
-        n = self.s.left[i] // self.chunk
-        if self.s.left[i] % self.chunk == 0:
+        n = self.s.left[i] // take
+        if self.s.left[i] % take == 0:
             n -= 1                                      # its last chunk emits a token
         if self.joined:
             n = min(n, self._next_finish() - self.ticks)
@@ -373,7 +394,7 @@ class FastEngine(_Engine):
         if n == 1:
             return 1
         self.bounds, self.busy_until = bounds, bounds[-1]
-        self.step_work = self.chunk + len(self.joined)
+        self.step_work = take + len(self.joined)
         return n
 
     def cut(self, t: float) -> None:

@@ -426,8 +426,11 @@ def slot_replica(slots: int, step_s: float = 0.001) -> Replica:
     Prefill is made negligible (a one-token prompt at 10^12 tokens/s), so a request's
     time in a slot is its number of output tokens times ``step_s``.
     """
+    # combined steps with the additive cost: a one-token prompt costs nothing and never
+    # waits for a token budget, so a slot is held exactly output_tokens steps
     return Replica(prefill_rate=1e12, decode_step_s=_check.positive("step_s", step_s),
-                   max_batch=_check.whole("slots", slots))
+                   max_batch=_check.whole("slots", slots), mode="combined",
+                   step_cost="additive")
 
 
 # --------------------------------------------------------------------------- search

@@ -7,18 +7,23 @@ the step that finishes its prefill, then one token per step until it has emitted
 ``output_tokens``. What goes into a step is the replica's *scheduling mode*
 (``Replica.mode``), each named after the real scheduler it imitates:
 
-* ``"combined"`` (the default): every decoding sequence plus up to ``chunk_tokens`` of
-  prompt prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with
-  no token cap. This is Orca-style iteration-level batching and the additive hybrid
-  batch of the book's worked examples.
+* ``"mixed"`` (the default): token-budget steps. Every decoding sequence takes one
+  token of a ``max_batched_tokens`` budget first, then prompt chunks fill what is left,
+  oldest first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching
+  and SGLang's ``--chunked-prefill-size``.
+* ``"combined"``: every decoding sequence plus up to ``chunk_tokens`` of prompt
+  prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with no
+  token cap: Orca-style iteration-level batching, and the hybrid batch of the seed
+  essay's worked examples.
 * ``"prefill_first"``: a step with prompts to prefill runs only prefill (whole prompts,
   oldest first, up to ``max_batched_tokens`` prompt tokens); the decodes wait for the
   next step without prefill. vLLM V0's default scheduler (no chunked prefill) and
   DistServe's colocated baseline (``simdistserve``'s ``VLLMCluster``).
-* ``"mixed"``: token-budget steps. Every decoding sequence takes one token of a
-  ``max_batched_tokens`` budget first, then prompt chunks fill what is left, oldest
-  first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching and
-  SGLang's ``--chunked-prefill-size``.
+
+A step's duration comes from ``Replica.step_cost`` unless the reader passes a cost
+model: ``"fused"`` (default) prices it as one forward pass over all its tokens, as the
+engines above run it; ``"additive"`` as a decode step plus a prefill step, the seed
+essay's conservative floor.
 
 Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt``,
 ``edf``, ``priority``), admission by batch slots and KV-cache capacity (reserving the
@@ -33,7 +38,7 @@ Units: seconds, tokens, tokens/s. Every request given appears exactly once in th
 output of :func:`simulate`.
 
 Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-default combined mode with no step log (KV limits, prefix cache, preemption, timeouts
+mixed and combined modes with no step log (KV limits, prefix cache, preemption, timeouts
 and ``until_s`` included), :func:`simulate` runs ``_fast_engine.FastEngine``
 instead. It accounts for decodes lazily and takes runs of identical steps at once, and
 gives the same rows bit for bit (``tests/test_fast_engine.py``).
@@ -58,9 +63,10 @@ from . import _check
 from .params import LOCKED
 
 __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
-           "MODES"]
+           "MODES", "STEP_COSTS"]
 
 MODES = ("combined", "prefill_first", "mixed")
+STEP_COSTS = ("fused", "additive")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
 ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
@@ -130,8 +136,7 @@ class Replica:
         Replaces the default cost model. Either
         ``step_time(prefill_tokens, decode_batch, decode_context_tokens) -> seconds``
         (totals for the step), or a function decorated with :func:`detailed` that takes
-        a :class:`StepDetail`. Default: ``decode(batch) + prefill_tokens / prefill_rate``
-        with ``decode(0) = 0``.
+        a :class:`StepDetail`. Default: the built-in cost named by ``step_cost``.
     kv_capacity_tokens : int or None
         KV-cache capacity in tokens (None: unlimited).
     kv_block_tokens : int
@@ -172,13 +177,18 @@ class Replica:
     mode : {"combined", "prefill_first", "mixed"}
         What one step holds (see the module docstring for the engine each imitates).
 
-        * ``"combined"`` (default): all decodes plus up to ``chunk_tokens`` of prefill
-          (everything pending when None), no token cap. It stays the default because
-          every chapter's worked numbers are derived for this additive hybrid step (a
-          step costs decode + prefill) and the book's closed forms (the 530 ms stall,
-          ``C_max``) are stated for it; it is Orca's iteration-level batching with
-          whole or fixed-size chunks. Real engines cap a step's tokens: use one of the
-          other two modes to match one.
+        * ``"mixed"`` (default): a token budget of ``max_batched_tokens`` per step
+          (default: the book's ``LOCKED.token_budget``, 240 tokens, derived from the
+          TPOT objective in chapter "Chunked prefill"); each decoding sequence takes
+          one token of it first, then prefill chunks fill the rest, oldest admission
+          first; waiting requests are admitted only while budget is left. vLLM V1
+          (``--max-num-batched-tokens`` with chunked prefill, its default),
+          Sarathi-Serve, SGLang (``--chunked-prefill-size``). It is the default
+          because it is what production engines run.
+        * ``"combined"``: all decodes plus up to ``chunk_tokens`` of prefill
+          (everything pending when None), no token cap: Orca's iteration-level
+          batching with whole or fixed-size chunks, and the hybrid batch of the
+          seed essay's worked examples (the 530 ms stall, ``C_max``).
         * ``"prefill_first"``: if any admitted sequence has prefill left, the step
           runs only prefill: whole prompts, oldest admission first, as long as their
           total stays within ``max_batched_tokens`` (the first always runs, so that a
@@ -189,16 +199,26 @@ class Replica:
           DistServe's colocated baseline, whose ``simdistserve`` worker batches whole
           prompts FIFO up to ``max_num_tokens`` (66,144 for OPT-13B on one A100) and
           has no batch-size cap.
-        * ``"mixed"``: a token budget of ``max_batched_tokens`` per step; each
-          decoding sequence takes one token of it first (oldest admission first),
-          then prefill chunks fill the rest, oldest admission first; waiting requests
-          are admitted only while budget is left. vLLM V1 (``--max-num-batched-tokens``
-          with chunked prefill, its default), Sarathi-Serve, SGLang
-          (``--chunked-prefill-size``).
     max_batched_tokens : int or None
         Tokens per step for ``mode="prefill_first"`` (prompt tokens; None: no cap) and
-        ``mode="mixed"`` (decode plus prefill tokens; required). vLLM's
-        ``--max-num-batched-tokens``; DistServe's ``max_num_tokens``.
+        ``mode="mixed"`` (decode plus prefill tokens; None: the book's
+        ``LOCKED.token_budget``, set it to your engine's value when you calibrate; it
+        must be at least ``max_batch``). vLLM's ``--max-num-batched-tokens``;
+        DistServe's ``max_num_tokens``.
+    step_cost : {"fused", "additive"}
+        The built-in cost model (used when ``step_time`` is None). ``"fused"``
+        (default): one forward pass over all the step's tokens, as vLLM V1, SGLang,
+        Sarathi-Serve, TensorRT-LLM and Orca run it: the linear ops see the step's
+        total tokens and read the weights once, ``max(weight_read_s, tokens /
+        prefill_rate)``, plus the decode curve's per-sequence (attention) part
+        (:func:`servingcap.llm.fused_step_s`). ``"additive"``: decode step plus
+        ``prefill_tokens / prefill_rate``, the seed essay's conservative floor and
+        what a prefill-first engine pays over two steps.
+    weight_read_s : float or None
+        Fixed part of a fused step (s), the time to read the weights once. None:
+        the decode curve extended to batch 0 along the line through its two smallest
+        batches (10 ms for the book's curve; a constant ``decode_step_s`` is all
+        weight read).
     """
 
     prefill_rate: float = LOCKED.prefill_rate
@@ -219,9 +239,12 @@ class Replica:
     timeout_s: float | None = None
     shed_past_deadline: bool = False
     preemptive: bool = False
-    mode: str = "combined"
+    mode: str = "mixed"
     max_batched_tokens: int | None = None
+    step_cost: str = "fused"
+    weight_read_s: float | None = None
     _decode: Callable = field(init=False, repr=False, compare=False)
+    _weight: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         _check.positive("prefill_rate", self.prefill_rate)
@@ -253,6 +276,17 @@ class Replica:
         if self.step_time is not None and not getattr(self.step_time, "wants_detail", False):
             _check_totals_signature(self.step_time)
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+        if self.step_cost not in STEP_COSTS:
+            raise ValueError(f"step_cost must be one of {STEP_COSTS}, got {self.step_cost!r}")
+        if self.weight_read_s is not None:
+            _check.positive("weight_read_s", self.weight_read_s)
+        object.__setattr__(self, "_weight", self.weight_read_s if self.weight_read_s is not None
+                           else _weight_read(self.decode_step_s, self._decode))
+        if self.mode == "mixed" and self.token_cap() < self.max_batch:
+            raise ValueError(
+                f"max_batched_tokens={self.token_cap()!r} is below max_batch={self.max_batch!r}: "
+                "a mixed step must hold one token of every decoding sequence (vLLM refuses "
+                "max_num_batched_tokens < max_num_seqs too)")
 
     def _check_mode(self) -> None:
         if self.mode not in MODES:
@@ -270,15 +304,36 @@ class Replica:
             raise ValueError(
                 f"chunk_tokens={self.chunk_tokens!r} applies to mode='combined' only; "
                 f"mode={self.mode!r} sizes its steps with max_batched_tokens")
-        if self.mode == "mixed" and self.max_batched_tokens is None:
-            raise ValueError("mode='mixed' needs max_batched_tokens (the per-step token "
-                             "budget, e.g. vLLM V1's --max-num-batched-tokens), got None")
 
     def token_cap(self) -> float:
-        """Tokens one step may hold in this mode (inf: no cap)."""
-        if self.mode == "combined" or self.max_batched_tokens is None:
+        """Tokens one step may hold in this mode (inf: no cap). ``mixed`` without a
+        ``max_batched_tokens`` uses the book's budget, ``LOCKED.token_budget``."""
+        if self.mode == "combined":
             return math.inf
+        if self.max_batched_tokens is None:
+            return LOCKED.token_budget if self.mode == "mixed" else math.inf
         return self.max_batched_tokens
+
+    def step_s(self, batch: int, tokens: int, decode_s: float) -> float:
+        """Duration (s) of a step of ``batch`` decodes (whose decode step alone takes
+        ``decode_s``, :meth:`decode_time`) and ``tokens`` prefill tokens, on the
+        built-in cost (``step_cost``): ``"fused"``, one forward pass priced by op group
+        (:func:`servingcap.llm.fused_step_s`), or ``"additive"``, decode step plus
+        prefill step (the seed's conservative floor)."""
+        rate = self.prefill_rate
+        if self.step_cost == "additive":
+            return decode_s + tokens / rate
+        if tokens == 0:
+            return decode_s                       # a pure decode step is the curve itself
+        w = self._weight
+        linear = (batch + tokens) / rate
+        if linear < w:
+            linear = w
+        if batch == 0:
+            return linear
+        own = batch / rate
+        attention = decode_s - (own if own > w else w)
+        return (attention if attention > 0 else 0.0) + linear
 
     def queue_cap(self, priority: float) -> float:
         """Waiting requests at which an arrival of this priority is rejected."""
@@ -303,7 +358,8 @@ class Replica:
     def cost(self, detail: StepDetail) -> float:
         """Duration of a step with this composition (s)."""
         if self.step_time is None:
-            return self.decode_time(detail.decode_batch) + detail.prefill_tokens / self.prefill_rate
+            batch = detail.decode_batch
+            return self.step_s(batch, detail.prefill_tokens, self.decode_time(batch))
         if getattr(self.step_time, "wants_detail", False):
             seconds = self.step_time(detail)
         else:
@@ -359,6 +415,27 @@ def _table_step_s(batch: float, batches, seconds) -> float:
         slope = (seconds[-1] - seconds[-2]) / (batches[-1] - batches[-2])
         return float(seconds[-1] + max(slope, 0.0) * (batch - batches[-1]))
     return float(np.interp(batch, batches, seconds))
+
+
+def _weight_read(spec, decode: Callable[[int], float]) -> float:
+    """Weight-read time (s) implied by a decode curve: a constant step is all weight
+    read; a table or function is extended to batch 0 along the line through its two
+    smallest batches (clamped into (0, step at the smallest batch])."""
+    if callable(spec) and not isinstance(spec, Mapping):
+        try:
+            (b0, t0), (b1, t1) = (1, float(decode(1))), (2, float(decode(2)))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"decode_step_s {_name(spec)} must return seconds for a batch "
+                             f"size; at batch 1 and 2 it gave an error: {err}") from None
+    elif isinstance(spec, Mapping):
+        batches = sorted(spec)
+        if len(batches) == 1:
+            return float(spec[batches[0]])
+        (b0, t0), (b1, t1) = ((b, float(spec[b])) for b in batches[:2])
+    else:
+        return float(spec)
+    intercept = t0 - (t1 - t0) / (b1 - b0) * b0
+    return float(min(max(intercept, 1e-9), t0)) if t0 > 0 else 1e-9
 
 
 def _decode_curve(spec) -> Callable[[int], float]:
