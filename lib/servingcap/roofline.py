@@ -21,7 +21,7 @@ kernels). The groups (``L`` layers, hidden ``H``, ``V`` vocabulary):
 * **linear** (Q, K, V, O projections and the MLP of every layer) on the step's *total*
   tokens ``T``: ``2 * T * params_per_layer * L`` FLOPs, and the weights read from HBM
   **once per step**, whatever ``T``. Below the compute ridge (:attr:`Roofline.ridge_tokens`,
-  about 180 tokens for a bf16 model on an A100-80GB at the measured efficiencies) the
+  about 170 tokens for a bf16 model on an A100-80GB at the measured efficiencies) the
   group is memory-bound and extra tokens ride almost free; above it each token costs its
   FLOPs.
 * **lm_head**: ``2 * H * V`` FLOPs per sequence that samples a token (one per chunk and
@@ -76,12 +76,14 @@ FLOPS_EFFICIENCY = 0.62
 """Default fraction of peak dense FLOP/s the GEMMs reach: :func:`fit_efficiency` on Vidur's
 measured linear-operation times of Llama-2-7B on one A100-80GB (``data/gpus_measured.csv``,
 259 token counts from 1 to 4,096, per-layer profiles so no LM head), rounded to two
-digits (the fit gives 0.638). The same fit gives 0.63 for Llama-3-8B on A100 and 0.59 for
-Llama-2-7B on H100-SXM (see :func:`linear_op_check`)."""
+digits (the fit gives 0.618). The same fit gives 0.61 for Llama-3-8B on A100 and 0.57 for
+Llama-2-7B on H100-SXM (see :func:`linear_op_check`). Earlier versions quoted 0.64 / 0.54:
+that fit wrongly counted the prefill's attention FLOPs, which Vidur's linear-op profiles
+do not contain."""
 
 BANDWIDTH_EFFICIENCY = 0.55
 """Default fraction of HBM bandwidth the weight and KV reads reach: the same fit as
-:data:`FLOPS_EFFICIENCY` (0.544; 0.55 for Llama-3-8B on A100, 0.51 for Llama-2-7B on
+:data:`FLOPS_EFFICIENCY` (0.551; 0.55 for Llama-3-8B on A100, 0.52 for Llama-2-7B on
 H100-SXM)."""
 
 GROUPS = ("linear", "lm_head", "prefill_attention", "decode_attention")
@@ -265,7 +267,7 @@ class Roofline:
         Tensor-parallel degree (GPUs per replica).
     flops_efficiency, bandwidth_efficiency : float in (0, 1]
         Achievable fraction of peak dense FLOP/s and of HBM bandwidth. Default: the
-        measured :data:`FLOPS_EFFICIENCY` (0.64) and :data:`BANDWIDTH_EFFICIENCY` (0.54);
+        measured :data:`FLOPS_EFFICIENCY` (0.62) and :data:`BANDWIDTH_EFFICIENCY` (0.55);
         1.0 and 1.0 give the pure roofline, a lower bound on the step time.
     overhead_s : float
         Fixed time added to every non-empty step (kernel launches, scheduling), seconds.
