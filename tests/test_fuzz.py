@@ -148,6 +148,7 @@ FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA
 MM1 = queues.MM1(0.5, 1.0)
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
@@ -564,6 +565,10 @@ ENTRIES = [
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
+    E("roofline.linear_op_check", roofline.linear_op_check, fitted=False),
+    E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:
+      ROOF.largest_chunk(budget_s, batch, context_tokens, cached_tokens), budget_s=0.05,
+      batch=32, context_tokens=2300.0, cached_tokens=0),
     # profiles
     E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
       engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
@@ -577,6 +582,12 @@ ENTRIES = [
     E("profiles.DistServeCost.decode_ms", lambda context: DS_COST.decode_ms(context),
       context=[100.0, 200.0]),
     E("profiles.DistServeCost.step_ms", lambda detail: DS_COST.step_ms(detail),
+      detail=roofline.step([100], [0], [50, 60])),
+    E("profiles.vidur_cost", profiles.vidur_cost, model="Llama-3.1-8B", gpu="A100-80GB",
+      overhead_s=0.001, flops_efficiency=0.7, bandwidth_efficiency=0.8),
+    E("profiles.vidur_profiles", profiles.vidur_profiles),
+    E("profiles.VidurCost.linear_s", lambda tokens: VIDUR_COST.linear_s(tokens), tokens=100),
+    E("profiles.VidurCost.__call__", lambda detail: VIDUR_COST(detail),
       detail=roofline.step([100], [0], [50, 60])),
     # costmodel
     E("costmodel.PhaseCost", costmodel.PhaseCost, prefill=(0.01, 1e-4, 1e-8),
@@ -839,6 +850,7 @@ NOT_ENTRY_POINTS = {
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
+    "profiles.VidurCost",        # built by profiles.vidur_cost
     "calibrate.Calibration",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
