@@ -167,7 +167,9 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
         include the transfer and the decode pool's queue in the gap between the first
         and the second token.
     """
-    prefill_replica = Replica() if prefill_replica is None else prefill_replica
+    # a prefill pool runs whole prompts (DistServe's prefill instances batch them whole):
+    # there are no decodes to protect, so nothing to chunk for
+    prefill_replica = Replica(mode="combined") if prefill_replica is None else prefill_replica
     decode_replica = Replica() if decode_replica is None else decode_replica
     for name, value in (("prefill_replica", prefill_replica), ("decode_replica", decode_replica)):
         if not isinstance(value, Replica):

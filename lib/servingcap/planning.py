@@ -421,6 +421,8 @@ def hold_time(requests, replica: Replica) -> float:
 
 def _fluid(frame: pd.DataFrame, replica: Replica, replicas: int) -> float:
     prompt, output = _mean_tokens(frame)
+    if replica.step_time is None:            # the built-in cost's own (fused: lower) bound
+        return replicas / float(replica.full_batch_work_s(prompt, output))
     prefill = _step_cost(replica, prompt, 0, 0.0)
     step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
     per_request = prefill + max(output - 1.0, 0.0) * step / replica.max_batch
@@ -457,14 +459,15 @@ _EXACT_CHUNKS = 1_000       # idle prefill is summed chunk by chunk up to this m
 def _idle_prefill(replica: Replica, prompt: int) -> float:
     """Seconds to prefill ``prompt`` tokens alone on ``replica``, chunk by chunk.
 
-    The default cost model charges ``tokens / prefill_rate`` per step, so the sum is
-    ``prompt / prefill_rate`` however it is chunked. A custom ``step_time`` is summed
+    The built-in cost is summed by ``Replica.idle_prefill_s`` (additive: ``prompt /
+    prefill_rate`` however it is chunked; fused: each chunk at least one weight read),
+    in the mode's chunks (``Replica.idle_chunk_tokens``). A custom ``step_time`` is summed
     exactly (each chunk at its cached context) up to 1,000 chunks; beyond that the full
     chunks are costed at an evenly spaced sample of 1,000 positions (bounded time).
     """
     if replica.step_time is None:
-        return prompt / replica.prefill_rate
-    chunk = replica.chunk_tokens or prompt
+        return float(replica.idle_prefill_s(prompt))
+    chunk = min(replica.idle_chunk_tokens, prompt)
     full, rest = divmod(prompt, chunk)
     weight = 1.0
     if full > _EXACT_CHUNKS:

@@ -335,6 +335,60 @@ class Replica:
         attention = decode_s - (own if own > w else w)
         return (attention if attention > 0 else 0.0) + linear
 
+    @property
+    def idle_chunk_tokens(self) -> float:
+        """Prompt tokens one step prefills when the replica has nothing else to run
+        (inf: the whole prompt): ``chunk_tokens`` in combined mode, the whole token
+        budget in mixed mode, whole prompts in prefill_first."""
+        if self.mode == "combined":
+            return self.chunk_tokens or math.inf
+        if self.mode == "mixed":
+            return self.token_cap()
+        return math.inf
+
+    def idle_prefill_s(self, prompt_tokens) -> np.ndarray:
+        """Seconds to prefill each prompt alone on an idle replica, chunk by chunk as
+        the mode prescribes, on the built-in cost (``step_time`` None). Additive:
+        ``prompt / prefill_rate``; fused: each chunk ``max(weight_read_s, chunk /
+        prefill_rate)``."""
+        if self.step_time is not None:
+            raise ValueError("idle_prefill_s needs the built-in cost model, got a custom "
+                             "step_time (sum its steps instead)")
+        p = np.asarray(prompt_tokens, dtype=float)
+        rate = self.prefill_rate
+        if self.step_cost == "additive":
+            return p / rate
+        w, c = self._weight, self.idle_chunk_tokens
+        if c == math.inf:
+            return np.maximum(w, p / rate)
+        full, rest = np.floor_divide(p, c), np.mod(p, c)
+        return full * max(w, c / rate) + np.where(rest > 0, np.maximum(w, rest / rate), 0.0)
+
+    def full_batch_work_s(self, prompt_tokens, output_tokens) -> np.ndarray:
+        """Replica time each request needs when the replica is never idle (s), on the
+        built-in cost: the fluid work behind a replica's throughput bound.
+
+        Additive: its prefill plus ``N - 1`` decode steps shared by ``max_batch``
+        sequences, ``P / prefill_rate + (N - 1) t(B) / B``. Fused, a lower bound: the
+        linear ops cost at least ``max(weight_read_s * (N - 1) / B, (P + N - 1) /
+        prefill_rate)`` (every token at the compute rate, and at least one weight read
+        per ``B`` decode tokens), plus ``N - 1`` decode tokens' per-sequence part at its
+        cheapest batch, ``min_b a(b) / b``."""
+        if self.step_time is not None:
+            raise ValueError("full_batch_work_s needs the built-in cost model, got a custom "
+                             "step_time")
+        p = np.asarray(prompt_tokens, dtype=float)
+        n = np.asarray(output_tokens, dtype=float)
+        b, rate = self.max_batch, self.prefill_rate
+        decode_tokens = np.maximum(n - 1.0, 0.0)
+        if self.step_cost == "additive":
+            return p / rate + decode_tokens * self.decode_time(b) / b
+        w = self._weight
+        per_sequence = min(max(self.decode_time(k) - max(w, k / rate), 0.0) / k
+                           for k in range(1, b + 1))
+        linear = np.maximum(w * decode_tokens / b, (p + decode_tokens) / rate)
+        return linear + decode_tokens * per_sequence
+
     def queue_cap(self, priority: float) -> float:
         """Waiting requests at which an arrival of this priority is rejected."""
         if self.max_queue is None:
