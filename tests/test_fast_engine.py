@@ -89,8 +89,7 @@ CASES = {
                                              "step_time": detailed_cost, "preemptive": True},
                                             {"policy": "srpt"}),
 }
-ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
-           "round_robin", "pooled"]
+ROUTERS = list(serving.ROUTERS)          # every router, realistic and bounds
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -143,7 +142,8 @@ def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
 @pytest.mark.parametrize("case", ["chunk 256", "decode table", "timeouts and queue cap",
                                   "kv tokens", "kv, prefix cache, preemptive srpt",
                                   "kv, preemptive, detailed cost model"])
-@pytest.mark.parametrize("router", ["least_loaded", "pooled"])
+@pytest.mark.parametrize("router", ["oracle_work", "pooled", "jsq", "endpoint_picker",
+                                    "kv_cost"])
 def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
     # a horizon in the middle of decode and chunk runs: the rows left unfinished keep
     # the tokens and largest gap of the steps that ended by then
