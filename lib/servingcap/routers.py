@@ -70,6 +70,8 @@ OPTIONS = {
 def check_router(router) -> str:
     """The router name if known; a ValueError naming it otherwise (``least_loaded``
     was renamed ``oracle_work``: it reads output lengths no gateway knows)."""
+    if not isinstance(router, str):
+        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
     if router in _RENAMED:
         raise ValueError(
             f"router {router!r} was renamed {_RENAMED[router]!r}: it counts every request's "
