@@ -14,7 +14,7 @@ The recipe, in the order a planner applies it:
    counts for the smallest fleet whose simulated p99 TTFT and TPOT meet the SLOs.
 
 Also here: :func:`routed_waits`, a fast queue-level simulator of replicas with slots
-behind each of the serving simulator's routers; :func:`slot_requests` and
+behind the serving simulator's routers that need no token state; :func:`slot_requests` and
 :func:`slot_replica`, the *slot model* that makes the serving simulator hold each
 request in a slot for ``T_hold`` whatever else runs (prefill and batch effects
 removed, so only slots and routing remain); :func:`gpu_busy`, the per-replica GPU time
