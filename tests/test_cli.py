@@ -175,6 +175,7 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--max-batch", "1e9"], "--max-batch"),
     (["--target", "1.5"], "--target"),
     (["--router", "fastest"], "--router"),
+    (["--router", "least_loaded"], "oracle_work"),           # renamed: says to what
     (["--budget", "0"], "--budget"),
     (["--confidence", "1"], "--confidence"),
     (["--confidence", "0"], "--confidence"),
@@ -297,6 +298,17 @@ def test_help_documents_every_option_with_units(capsys):
         assert unit in entries[option], (option, unit, entries[option])
     status, out, _ = main_in_process(["--help"], capsys)
     assert status == 0 and "plan" in out and "calibrate" in out
+
+
+def test_router_help_lists_every_router_as_realistic_or_a_bound(capsys):
+    from servingcap.routers import BOUNDS, REALISTIC
+
+    status, out, _ = main_in_process(["plan", "--help"], capsys)
+    router = " ".join(_option_help(out)["--router"].split())
+    realistic, bounds = router.split("Bounds no gateway reaches")
+    assert status == 0 and "Realistic" in realistic and "(default jsq)" in bounds
+    assert all(name in realistic for name in REALISTIC)
+    assert all(name in bounds and name not in realistic for name in BOUNDS)
 
 
 def test_the_report_names_the_cost_model_and_the_mode(capsys):

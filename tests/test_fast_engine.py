@@ -91,11 +91,10 @@ CASES = {
                                              "step_time": detailed_cost, "preemptive": True},
                                             {"policy": "srpt"}),
 }
-ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
-           "round_robin", "pooled"]
+ROUTERS = list(serving.ROUTERS)          # every router, realistic and bounds
 # mixed mode's runs are the same code with a per-step chunk budget; three routers
 # (shared queue, per-replica queues routed by state and blind) keep the suite short
-MIXED_ROUTERS = ["least_loaded", "round_robin", "pooled"]
+MIXED_ROUTERS = ["jsq", "round_robin", "pooled"]
 
 
 def in_mode(spec: dict, mode: str) -> dict:
@@ -172,7 +171,8 @@ def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
 @pytest.mark.parametrize("case", ["chunk 256", "decode table", "timeouts and queue cap",
                                   "kv tokens", "kv, prefix cache, preemptive srpt",
                                   "kv, preemptive, detailed cost model"])
-@pytest.mark.parametrize("router", ["least_loaded", "pooled"])
+@pytest.mark.parametrize("router", ["oracle_work", "pooled", "jsq", "endpoint_picker",
+                                    "kv_cost"])
 @pytest.mark.parametrize("mode", ["combined", "mixed"])
 def test_until_s_equal_the_reference_exactly(monkeypatch, case, router, mode):
     # a horizon in the middle of decode and chunk runs: the rows left unfinished keep

@@ -128,7 +128,7 @@ def test_routed_waits_matches_the_serving_simulator_request_by_request():
     # serving simulators make the same routing decisions, so waits agree to the 1 ms step.
     reqs = fleet.slot_requests(LAMBDA, 1_500, 9.25, 7)
     holds = reqs.output_tokens.to_numpy() * 0.001
-    for router in ("random", "round_robin", "pooled", "least_requests"):
+    for router in ("random", "round_robin", "pooled", "least_requests", "jsq", "power_of_two"):
         out = simulate(reqs, fleet.slot_replica(32), replicas=11, router=router, seed=3)
         fast = fleet.routed_waits(reqs.arrival_s, holds, 11, 32, router, rng=3)
         served = (out.admitted_s - out.arrival_s).to_numpy()
@@ -147,8 +147,8 @@ def test_work_router_agrees_with_the_serving_simulator_in_distribution():
     for seed in range(8):
         reqs = fleet.slot_requests(LAMBDA, 3_000, 9.25, 100 + seed)
         holds = reqs.output_tokens.to_numpy() * 0.001
-        out = simulate(reqs, fleet.slot_replica(32), replicas=11, router="least_loaded")
-        fast = fleet.routed_waits(reqs.arrival_s, holds, 11, 32, "least_loaded")
+        out = simulate(reqs, fleet.slot_replica(32), replicas=11, router="oracle_work")
+        fast = fleet.routed_waits(reqs.arrival_s, holds, 11, 32, "oracle_work")
         diffs.append((out.admitted_s - out.arrival_s).mean() - fast.mean())
     diffs = np.array(diffs)
     se = diffs.std(ddof=1) / math.sqrt(diffs.size)
@@ -237,6 +237,10 @@ def test_other_functions_name_bad_inputs():
         fleet.pooled_queue(30, 9.25, 32, 0)
     with pytest.raises(ValueError, match="router must be one of"):
         fleet.routed_waits([0.0, 1.0], [1.0, 1.0], 2, 2, "fastest")
+    with pytest.raises(ValueError, match="renamed 'oracle_work'"):
+        fleet.routed_waits([0.0, 1.0], [1.0, 1.0], 2, 2, "least_loaded")
+    with pytest.raises(ValueError, match="slot model"):
+        fleet.routed_waits([0.0, 1.0], [1.0, 1.0], 2, 2, "endpoint_picker")
     with pytest.raises(ValueError, match="service must be"):
         fleet.slot_requests(1.0, 10, 1.0, 0, service="uniform")
     with pytest.raises(ValueError, match="good_rate must be > 0, got 0"):
@@ -270,7 +274,7 @@ def test_work_router_matches_its_definition():
     rng = np.random.default_rng(7)
     arr = sim.poisson_arrivals(12.0, 1_500, rng)
     svc = rng.exponential(2.0, arr.size)
-    fast = fleet.routed_waits(arr, svc, 3, 8, "least_loaded")
+    fast = fleet.routed_waits(arr, svc, 3, 8, "oracle_work")
     # same choices, so the same waits up to rounding of the running sums
     np.testing.assert_allclose(fast, _work_router_by_hand(arr, svc, 3, 8), atol=1e-9)
     assert (fast > 0).mean() > 0.01          # the case is loaded enough to queue

@@ -5,7 +5,7 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``; the engine ``serving`` and the command line ``__main__`` /
+``disagg``, ``planning``, ``routers``; the engine ``serving`` and the command line ``__main__`` /
 ``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
@@ -69,6 +69,7 @@ from servingcap import (  # noqa: E402
     profiles,
     queues,
     roofline,
+    routers,
     serving,
     sim,
     slo,
@@ -86,7 +87,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning")
+                  "calibrate", "disagg", "planning", "routers")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -267,6 +268,7 @@ ENTRIES = [
       slots_per_replica=32, replicas=10),
     E("fleet.gpu_busy", fleet.gpu_busy, arrival_rate=30.0, replicas=22, prefill_s=0.25,
       output_tokens=300.0, decode_step_s=0.03, batch=32),
+    E("routers.check_router", routers.check_router, router="jsq"),
     E("fleet.routed_waits", fleet.routed_waits, arrival_times=ARRIVALS, service_times=SERVICES,
       replicas=2, slots_per_replica=1, router="pooled", rng=1),
     E("fleet.slot_requests", fleet.slot_requests, arrival_rate=2.0, n=20, hold_s=1.0, rng=1,
@@ -854,6 +856,7 @@ NOT_ENTRY_POINTS = {
     "calibrate.Calibration",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
+    "routers.Router",            # built by serving.simulate on its engines; fuzzed there
 }
 
 

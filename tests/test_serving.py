@@ -176,13 +176,18 @@ MODE_OPTIONS = {
 
 @pytest.mark.parametrize("mode", list(MODE_OPTIONS))
 @pytest.mark.parametrize("router, options", [
-    ("least_loaded", {}),
+    ("oracle_work", {}),
+    ("jsq", {}),
     ("least_requests", {}),
+    ("endpoint_picker", {"kv_capacity_tokens": 40_000}),
+    ("cache_aware", {}),
+    ("kv_cost", {"kv_capacity_tokens": 40_000}),
     ("power_of_two", {}),
     ("affinity", {}),
     ("random", {}),
     ("pooled", {}),
-    ("least_loaded", {"preemptive": True, "max_batch": 8}),
+    ("oracle_work", {"preemptive": True, "max_batch": 8}),
+    ("jsq", {"kv_capacity_tokens": 40_000, "max_queue": 6}),
     ("round_robin", {"kv_capacity_tokens": 40_000, "max_queue": 6}),
 ])
 def test_multi_step_jump_matches_step_by_step(router, options, mode):
@@ -419,7 +424,7 @@ def test_queue_cap_counts_only_requests_waiting_for_a_slot():
     assert out.outcome.tolist() == ["done", "done", "done", "rejected"]
 
 
-@pytest.mark.parametrize("replicas, router", [(1, "least_loaded"), (3, "least_loaded"),
+@pytest.mark.parametrize("replicas, router", [(1, "jsq"), (3, "jsq"), (3, "oracle_work"),
                                               (3, "round_robin"), (2, "pooled")])
 def test_simultaneous_arrivals_share_their_first_step(replicas, router):
     # Eight requests arriving at the same instant on idle replicas all prefill in the
@@ -547,7 +552,7 @@ def test_affinity_with_prefix_cache_matches_step_by_step_and_raises_hits():
 
     # 12 prefix groups, caches of 16 blocks: a replica that sees every group evicts a
     # group's first block before it recurs more often than one that sees a third of them
-    # (measured cached tokens: affinity 126,976, least_loaded 64,512).
+    # (measured cached tokens: affinity 126,976, oracle_work 64,512).
     reqs = with_prefixes(poisson_requests(rate=4.0, n=400, seed=4, prompt=2048), 12, seed=1)
     spec = dict(prefix_cache_blocks=16, **SEED)
     fast = simulate(reqs, Replica(decode_step_s=STEP_S, **spec), replicas=3,
@@ -557,7 +562,7 @@ def test_affinity_with_prefix_cache_matches_step_by_step_and_raises_hits():
     assert (fast.replica == slow.replica).all()
     assert np.allclose(fast[cols].to_numpy(), slow[cols].to_numpy(), equal_nan=True, atol=1e-9)
     spread = simulate(reqs, Replica(decode_step_s=STEP_S, **spec), replicas=3,
-                      router="least_loaded")
+                      router="oracle_work")
     assert fast.cached_tokens.sum() > 1.5 * spread.cached_tokens.sum()
 
 
@@ -577,29 +582,33 @@ def test_affinity_keeps_a_prefix_on_one_replica_until_the_load_bound():
         simulate(burst, Replica(), replicas=4, router="affinity", affinity_bound=0.5)
 
 
-def test_least_loaded_counts_work_and_least_requests_counts_requests():
+def test_oracle_work_counts_work_and_least_requests_counts_requests():
     # A: a long job on replica 0; B: a tiny one on replica 1; C arrives next. Both
     # replicas hold one request, so least_requests breaks the tie to replica 0, while
-    # least_loaded sees 1,000 + 100 tokens of work against 10 + 10 and picks replica 1.
+    # oracle_work sees 1,000 + 100 tokens of work against 10 + 10 and picks replica 1.
     reqs = pd.DataFrame({"arrival_s": [0.0, 0.001, 0.002], "prompt_tokens": [1000, 10, 10],
                          "output_tokens": [100, 10, 10]})
     assert simulate(reqs, Replica(), replicas=2, router="least_requests").replica.tolist() == [0, 1, 0]
-    assert simulate(reqs, Replica(), replicas=2, router="least_loaded").replica.tolist() == [0, 1, 1]
+    assert simulate(reqs, Replica(), replicas=2, router="oracle_work").replica.tolist() == [0, 1, 1]
 
 
 def test_work_accounting_returns_to_zero(monkeypatch):
-    # The work counters behind least_loaded and power_of_two must drain to exactly zero
+    # The work counters behind oracle_work must drain to exactly zero
     # through prefill chunks, prefix hits, repeated decode steps, preemption with
     # recompute and timeouts: a request arriving after everything finished sees zero.
-    from servingcap import serving
-    seen = []
-    original = serving._Router.pick
+    from servingcap import routers
+    seen, signals = [], []
+    original = routers.Router.pick
 
     def spy(self, i):
+        t = self.req.arrival[i]
         seen.append([e.work for e in self.engines])
+        signals.append([(e.queue_depth(), e.running_requests(), e.kv_tokens(t),
+                         e.pending_prefill(t), e.queued_tokens(), e.active_prompt_blocks())
+                        for e in self.engines])
         return original(self, i)
 
-    monkeypatch.setattr(serving._Router, "pick", spy)
+    monkeypatch.setattr(routers.Router, "pick", spy)
     reqs = with_prefixes(poisson_requests(rate=6.0, n=600, seed=6, prompt=1000,
                                           outputs=(200, 800)), 8, seed=2)
     late = pd.DataFrame({"arrival_s": [10_000.0], "prompt_tokens": [10], "output_tokens": [2],
@@ -607,21 +616,28 @@ def test_work_accounting_returns_to_zero(monkeypatch):
     reqs = pd.concat([reqs, late], ignore_index=True)
     spec = Replica(kv_capacity_tokens=24_000, chunk_tokens=256, timeout_s=20.0,
                    prefix_cache_blocks=16, mode="combined")
-    out = simulate(reqs, spec, replicas=2, router="least_loaded")
+    out = simulate(reqs, spec, replicas=2, router="oracle_work")
     assert out.preemptions.sum() > 0 and (out.outcome == "timed_out").any()
     assert out.cached_tokens.sum() > 0
     assert min(min(w) for w in seen) >= 0
     assert seen[-1] == [0, 0]
+    # so do the gateway signals (and they move in between)
+    assert signals[-1] == [(0,) * 6] * 2
+    assert max(s[2] for row in signals for s in row) > 0
 
 
-def test_power_of_two_is_seeded_and_balances_work():
+def test_power_of_two_is_seeded_and_balances_requests():
     reqs = poisson_requests(rate=8.0, n=2000, seed=10)
     a = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=5)
     b = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=5)
     c = simulate(reqs, Replica(), replicas=6, router="power_of_two", seed=6)
     assert a.replica.tolist() == b.replica.tolist() != c.replica.tolist()
     rand = simulate(reqs, Replica(), replicas=6, router="random", seed=5)
-    assert a.ttft_s.quantile(0.99) < rand.ttft_s.quantile(0.99)
+    # it counts requests, so on these identical requests (2,000 / 300 tokens) its TTFT
+    # p99 carries the cohort prefills of a count router (0.96 s, random's too); the
+    # balancing shows in smaller batches, so faster decodes: mean e2e 7.60 s against
+    # random's 8.41 s (measured, deterministic seeded runs)
+    assert a.e2e_s.mean() < 0.95 * rand.e2e_s.mean()
 
 
 def test_request_count_router_synchronizes_equal_length_cohorts():
@@ -630,21 +646,21 @@ def test_request_count_router_synchronizes_equal_length_cohorts():
     # until its count catches up, so cohorts form and their prompts are prefilled six at
     # a time (12,000 tokens, 1.5 s); p99 TTFT grows along the run. Counting work, every
     # step holds at most one prompt and p99 TTFT stays put. (Deterministic seeded run;
-    # measured p99 by thirds: least_requests 0.78 / 1.05 / 1.39 s, least_loaded
+    # measured p99 by thirds: least_requests 0.78 / 1.05 / 1.39 s, oracle_work
     # 0.38 / 0.45 / 0.44 s.)
     rng = np.random.default_rng(1)
     reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 8.0, 4000)),
                          "prompt_tokens": 2000, "output_tokens": 300})
     thirds = np.arange(len(reqs)) * 3 // len(reqs)
     p99 = {}
-    for router in ("least_requests", "least_loaded"):
+    for router in ("least_requests", "oracle_work"):
         out, log = simulate(reqs, Replica(decode_step_s=STEP_S, **SEED), replicas=6,
                             router=router, step_log=True)
         p99[router] = out.ttft_s.groupby(thirds).quantile(0.99).to_numpy()
         p99[router + " prefill"] = log.prefill_tokens.max()
-    assert p99["least_requests prefill"] >= 5 * 2000 and p99["least_loaded prefill"] == 2000
+    assert p99["least_requests prefill"] >= 5 * 2000 and p99["oracle_work prefill"] == 2000
     assert p99["least_requests"][2] > 1.3 * p99["least_requests"][0]
-    assert (p99["least_requests"] > 1.5 * p99["least_loaded"]).all()
+    assert (p99["least_requests"] > 1.5 * p99["oracle_work"]).all()
 
 
 def test_a_rejected_last_simultaneous_arrival_still_wakes_the_replica():

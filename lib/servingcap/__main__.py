@@ -51,7 +51,7 @@ DEFAULTS = {
     "ttft_p99_ms": 1000.0,
     "tpot_p99_ms": 50.0,
     "target": 0.99,
-    "router": "least_loaded",
+    "router": "jsq",
     "policy": "fcfs",
     "spares": 1,
     "beta": 2.0,
@@ -108,9 +108,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _routers() -> tuple:
-    from .serving import ROUTERS
+    """(realistic routers, bounds), from :mod:`servingcap.routers`."""
+    from .routers import BOUNDS, REALISTIC
 
-    return ROUTERS
+    return REALISTIC, BOUNDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,9 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['target']:g})")
     g = p.add_argument_group("fleet")
     g.add_argument("--router", type=str, metavar="NAME", default=S,
-                   help="how arrivals are spread over replicas: any router of "
-                        "servingcap.serving.simulate, e.g. " + ", ".join(_routers())
-                        + f" (pooled: one shared queue) (default {d['router']})")
+                   help="how arrivals are spread over replicas (servingcap.routers). "
+                        "Realistic, on signals a gateway has (queue depth, running "
+                        "requests, free slots, KV tokens in use, prefix matches): "
+                        + ", ".join(_routers()[0]) + ". Bounds no gateway reaches: "
+                        "pooled (one queue shared by every slot), oracle_work (outstanding "
+                        "work with output lengths known in advance; formerly least_loaded) "
+                        f"(default {d['router']})")
     g.add_argument("--policy", type=str, metavar="NAME", default=S,
                    help=f"queue order on each replica: fcfs, sjf or srpt (default {d['policy']})")
     g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
@@ -519,6 +524,9 @@ def settings(options: dict) -> Settings:
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
     router = o["router"]
+    if router == "least_loaded":
+        raise _bad("router", router, "was renamed oracle_work: a bound that knows output "
+                   "lengths in advance, which no gateway does")
     if router not in ROUTERS:
         raise _bad("router", router, f"must be one of {', '.join(ROUTERS)}")
     policy = o["policy"]

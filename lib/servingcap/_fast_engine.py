@@ -497,3 +497,36 @@ class FastEngine(_Engine):
         r.finish[i], r.outcome[i], r.generated[i] = now, "done", generated
         self.s.generated[i] = generated
         del self.running[i]
+
+    # ---- gateway signals: the reference's (servingcap.routers), on the lazy state
+    def _steps_ended(self, t: float) -> int:
+        """Steps of the run in flight that ended before ``t`` (not yet applied)."""
+        if self.bounds is None:
+            return super()._steps_ended(t)
+        return bisect.bisect_left(self.bounds, t)
+
+    def kv_tokens(self, t: float) -> int:
+        """KV-cache tokens in use at ``t``: prompt plus tokens generated so far."""
+        s, joined, ticks = self.s, self.joined, self.ticks
+        prompt, generated = s.prompt, s.generated
+        used = 0
+        for i in self.running:
+            j = joined.get(i)
+            used += prompt[i] + (generated[i] if j is None else j[0] + ticks)
+        return used + self._steps_ended(t) * self.step_decode
+
+    def pending_prefill(self, t: float) -> int:
+        """Prompt tokens still to prefill at ``t``: what admitted requests have left."""
+        left = self.s.left
+        pending = sum(left[i] for i in self.running)
+        if self.bounds is not None:
+            pending -= bisect.bisect_left(self.bounds, t) * self.chunk
+        return pending
+
+    def queued_tokens(self) -> int:
+        """Context tokens of the requests waiting here (prompt, plus the tokens to
+        recompute of a preempted one)."""
+        if self.queue_depth() == 0:
+            return 0
+        prompt, generated = self.s.prompt, self.s.generated
+        return sum(prompt[i] + generated[i] for _, i in self.queue.heap)

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from . import _check
+from .routers import DEFAULT_ROUTER
 from .serving import OUTCOMES, Replica, StepDetail, detailed, simulate
 
 __all__ = ["kv_bytes_per_token", "kv_transfer_s", "decode_pool_replica",
@@ -129,7 +130,7 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
                            kv_bytes_per_token: float = 0.0,
                            link_bytes_per_s: float = math.inf,
                            link_latency_s: float = 0.0,
-                           router: str = "least_loaded", policy: str = "fcfs",
+                           router: str = DEFAULT_ROUTER, policy: str = "fcfs",
                            seed=None, until_s: float | None = None) -> pd.DataFrame:
     """Replay ``requests`` through a prefill pool, a KV transfer and a decode pool.
 

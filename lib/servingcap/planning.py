@@ -54,6 +54,7 @@ import pandas as pd
 from . import _check, parallel, stats
 from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
+from .routers import DEFAULT_ROUTER
 from .serving import Replica, StepDetail, check_fleet, simulate
 from .traffic import mean_rate, rescale_to_rate
 
@@ -716,7 +717,7 @@ def _point(s: _Setup, rate: float, replicas: int) -> dict:
 
 
 def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
-             router: str = "least_loaded", policy: str = "fcfs", limits=None,
+             router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
              target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
              holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO) -> dict:
     """Simulate ``requests`` at ``rate`` on ``replicas`` replicas, as replications.
@@ -820,7 +821,7 @@ class CapacityResult:
 
 
 def capacity_search(requests, replica: Replica, *, replicas: int = 1,
-                    router: str = "least_loaded", policy: str = "fcfs", limits=None,
+                    router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
                     target: float = 0.99, lo: float | None = None, hi: float | None = None,
                     rtol: float = 0.02, seed=0, confidence: float = 0.95, budget: int = 16,
                     holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
@@ -916,7 +917,7 @@ def _capacity(s: _Setup, n: int, tol, lo, hi, progress, known) -> CapacityResult
 
 
 def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replicas: int = 1,
-                  router: str = "least_loaded", policy: str = "fcfs", limits=None,
+                  router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
                   target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
                   holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
                   progress: Callable | None = None) -> pd.DataFrame:
@@ -1031,7 +1032,7 @@ class FleetResult:
                 f"{reps} replications)")
 
 
-def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
+def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
                    policy: str = "fcfs", limits=None, target: float = 0.99, seed=0,
                    start: int | None = None, max_replicas: int = 4096,
                    confidence: float = 0.95, budget: int = 16, holds: float = 20.0,
@@ -1173,7 +1174,7 @@ class Plan:
                    - self.at_size["replications"])
 
 
-def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
+def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
          policy: str = "fcfs", limits=None, target: float = 0.99, spares: int = 1,
          beta: float = 2.0, seed=0, rtol: float = 0.02, confidence: float = 0.95,
          budget: int = 16, holds: float = 20.0, min_requests: int = 2000,

@@ -30,9 +30,8 @@ Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt
 prompt, the expected or the maximum output), preemption with recompute when memory runs
 out, an optional prefix cache keyed by prompt block ids, a queue-depth cap and timeouts
 (recorded as ``rejected`` / ``timed_out``, never dropped), and several replicas behind a
-router (``least_loaded`` by outstanding work, ``least_requests``, ``power_of_two``,
-prefix ``affinity`` with bounded load, ``random``, ``round_robin``, or ``pooled``: one
-shared queue; see :func:`simulate`).
+router (:mod:`servingcap.routers`: routers on the signals a gateway has, the default
+``jsq``, and two bounds, ``pooled`` and ``oracle_work``; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
@@ -46,8 +45,6 @@ gives the same rows bit for bit (``tests/test_fast_engine.py``).
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import heapq
 import inspect
 import math
@@ -61,6 +58,7 @@ import pandas as pd
 
 from . import _check
 from .params import LOCKED
+from .routers import DEFAULT_ROUTER, ROUTERS, Router, check_router
 
 __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
            "MODES", "STEP_COSTS"]
@@ -69,8 +67,6 @@ MODES = ("combined", "prefill_first", "mixed")
 STEP_COSTS = ("fused", "additive")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
-ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
-           "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
 # Run eligible configurations on the lazy engine in _fast_engine (same outputs, faster);
 # tests switch it off to compare with the step-by-step reference, _Engine.
@@ -572,14 +568,6 @@ class _Requests:
                              f"Replica({column.replace('predicted', 'expected')}=...)")
         return np.full(self.n, int(default), dtype=np.int64)
 
-    def affinity_key(self, i: int):
-        """What the ``affinity`` router hashes: first prompt block, session, or row."""
-        if self.hash_ids is not None and len(self.hash_ids[i]):
-            return ("block", self.hash_ids[i][0])
-        if self.session is not None:
-            return ("session", self.session[i])
-        return ("row", i)
-
     def key(self, i: int, policy: str) -> tuple:
         """Queue order: smaller first; ties by arrival then index."""
         if policy == "fcfs":
@@ -699,7 +687,7 @@ class _Engine:
         return len(self.running) + (len(self.queue.heap) if len(self.queue.replicas) == 1 else 0)
 
     def work_at(self, t: float) -> int:
-        """Outstanding work (tokens) at time ``t``, for ``least_loaded``: what
+        """Outstanding work (tokens) at time ``t``, for ``oracle_work``: what
         :attr:`work` would be had the repeated decode steps ending before ``t`` been
         applied one by one (they are applied together when the run ends)."""
         if self.repeat <= 1 or self.busy_until == math.inf:
@@ -997,6 +985,65 @@ class _Engine:
                 gone = set(done.tolist())
                 self.running = [i for i in self.running if i not in gone]
 
+    # ---- gateway signals: what a router may read (servingcap.routers); never output lengths
+    def queue_depth(self) -> int:
+        """Requests waiting here, not yet admitted (0 when the queue is shared)."""
+        return len(self.queue.heap) if len(self.queue.replicas) == 1 else 0
+
+    def running_requests(self) -> int:
+        """Requests admitted (prefilling or decoding)."""
+        return len(self.running)
+
+    def free_slots(self) -> int:
+        """Batch slots not claimed by a running or a waiting request."""
+        return max(self.spec.max_batch - len(self.running) - self.queue_depth(), 0)
+
+    def _steps_ended(self, t: float) -> int:
+        """Steps of the run in flight that ended before ``t`` (not yet applied)."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return 0
+        return min(max(math.ceil((t - self.step_start) / self.step_duration) - 1, 0),
+                   self.repeat)
+
+    def kv_tokens(self, t: float) -> int:
+        """KV-cache tokens in use at ``t``: prompt plus tokens generated so far, summed
+        over the admitted requests."""
+        r, run = self.req, self.running
+        used = int((r.prompt[run] + r.generated[run]).sum()) if run else 0
+        return used + self._steps_ended(t) * self._step_batch()
+
+    def pending_prefill(self, t: float) -> int:
+        """Prompt tokens still to prefill at ``t``: what admitted requests have left."""
+        left = self.req.prefill_left
+        return int(sum(int(left[i]) for i in self.running))
+
+    def queued_tokens(self) -> int:
+        """Context tokens of the requests waiting here (prompt, plus the tokens to
+        recompute of a preempted one)."""
+        if self.queue_depth() == 0:
+            return 0
+        r = self.req
+        return int(sum(int(r.prompt[i] + r.generated[i]) for _, i in self.queue.heap))
+
+    def active_prompt_blocks(self) -> int:
+        """KV blocks (``kv_block_tokens``) of the prompts of the requests admitted or
+        waiting here: what a router that counts the blocks it sent sees."""
+        prompt, block = self.req.prompt, self.spec.kv_block_tokens
+        waiting = [i for _, i in self.queue.heap] if self.queue_depth() else []
+        return sum(-(-int(prompt[i]) // block) for i in [*self.running, *waiting])
+
+    def prefix_match(self, i: int) -> int:
+        """Leading prompt blocks of request ``i`` in this replica's prefix cache (what
+        its KV events tell a router)."""
+        if not self.spec.prefix_cache_blocks:
+            return 0
+        n = 0
+        for block in self.req.hash_ids[i]:
+            if block not in self.prefix:
+                break
+            n += 1
+        return n
+
 
 # --------------------------------------------------------------------------- the fleet
 
@@ -1006,76 +1053,16 @@ def check_fleet(replica, replicas, router: str, policy: str) -> int:
     if not isinstance(replica, Replica):
         raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
     n = _check.whole("replicas", replicas)
-    if router not in ROUTERS:
-        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
+    check_router(router)
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     return n
 
 
-class _Router:
-    """Picks the replica for each arrival (see :func:`simulate`'s ``router``)."""
-
-    POINTS = 64                                     # ring points per replica (affinity)
-
-    def __init__(self, name: str, engines: list, req: _Requests, rng, bound: float):
-        self.name, self.engines, self.req, self.rng = name, engines, req, rng
-        self.next_rr = 0
-        if name == "affinity":
-            self.bound = _check.number("affinity_bound", bound)
-            if self.bound < 1:
-                raise ValueError(f"affinity_bound must be >= 1, got {bound!r}")
-            ring = sorted((_stable_hash(("replica", e.index, p)), e.index)
-                          for e in engines for p in range(self.POINTS))
-            self.ring_keys = [h for h, _ in ring]
-            self.ring_replicas = [k for _, k in ring]
-
-    def pick(self, i: int) -> _Engine:
-        engines, name = self.engines, self.name
-        if name == "pooled":
-            return engines[0]
-        t = self.req.arrival[i]
-        # min() returns the first of equal keys, and engines are in index order
-        if name == "least_loaded":
-            return min(engines, key=lambda e: e.work_at(t))
-        if name == "least_requests":
-            return min(engines, key=lambda e: e.load())
-        if name == "random":
-            return engines[int(self.rng.integers(len(engines)))]
-        if name == "power_of_two":
-            if len(engines) == 1:
-                return engines[0]
-            a = int(self.rng.integers(len(engines)))
-            b = int(self.rng.integers(len(engines) - 1))
-            b += b >= a
-            return min(engines[a], engines[b], key=lambda e: (e.work_at(t), e.index))
-        if name == "affinity":
-            return self._affinity(i)
-        target = engines[self.next_rr % len(engines)]
-        self.next_rr += 1
-        return target
-
-    def _affinity(self, i: int) -> _Engine:
-        loads = [e.load() for e in self.engines]
-        cap = math.ceil(self.bound * (sum(loads) + 1) / len(self.engines))
-        start = bisect.bisect(self.ring_keys, _stable_hash(self.req.affinity_key(i)))
-        size = len(self.ring_keys)
-        for step in range(size):
-            k = self.ring_replicas[(start + step) % size]
-            if loads[k] + 1 <= cap:
-                return self.engines[k]
-        return min(self.engines, key=lambda e: (loads[e.index], e.index))   # unreachable
-
-
-def _stable_hash(key) -> int:
-    """A 64-bit hash that is the same in every process (Python's str hash is salted)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
-
-
 def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
-             router: str = "least_loaded", policy: str = "fcfs", seed=None,
+             router: str = DEFAULT_ROUTER, policy: str = "fcfs", seed=None,
              until_s: float | None = None, step_log: bool = False,
-             affinity_bound: float = 1.25):
+             affinity_bound: float = 1.25, router_options: dict | None = None):
     """Replay ``requests`` through ``replicas`` copies of ``replica``.
 
     Parameters
@@ -1090,30 +1077,35 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     replicas : int
         Number of identical replicas.
     router : str
-        How arrivals are assigned to replicas (ties go to the lowest index):
+        How arrivals are assigned to replicas (:mod:`servingcap.routers`; ties go to the
+        lowest index unless said). Realistic routers read only what a gateway sees:
+        queue depth, running requests, free slots, KV tokens in use and prefix matches.
 
-        * ``"least_loaded"``: the replica with the least outstanding *work*, counted in
-          tokens still to process for the requests routed there (waiting or admitted):
-          remaining prefill tokens (a whole prompt until it is admitted, less its
-          prefix-cache hit) plus output tokens still to emit, one per decode step.
-          Work sees how far each request has got, so a replica that has just emptied
-          is refilled only until its work matches the others'.
-        * ``"least_requests"``: the replica with the fewest outstanding requests
-          (waiting + admitted), blind to their progress. With equal output lengths it
-          synchronizes a fleet: requests admitted together finish together, the
-          emptied replica takes every new arrival until its count catches up, and
-          those prompts are prefilled together in one long step.
+        * ``"jsq"`` (default): a replica with a free slot first (the most free
+          slots), else the shortest waiting queue.
+        * ``"least_requests"``: the fewest outstanding requests (waiting + admitted).
+          With equal output lengths it synchronizes a fleet: requests admitted
+          together finish together, the emptied replica takes every new arrival until
+          its count catches up, and those prompts are prefilled together.
+        * ``"endpoint_picker"``: the Gateway API Inference Extension's weighted score
+          (queue 2, KV 2, prefix 3; ``router_options``: ``queue_weight``,
+          ``kv_weight``, ``prefix_weight``), ties at random (``seed``).
+        * ``"cache_aware"``: SGLang's rule (``balance_abs`` 64, ``balance_rel`` 1.5,
+          ``cache_threshold`` 0.3).
+        * ``"kv_cost"``: Dynamo's cost ``overlap_weight`` x prefill blocks + decode
+          blocks, lowest wins (``temperature`` 0).
         * ``"power_of_two"``: two distinct replicas drawn at random (``seed``), the one
-          with less outstanding work wins (Mitzenmacher's power of two choices).
-        * ``"affinity"``: prefix/session affinity with bounded load (consistent hashing
-          with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018). The key is the
-          first prompt block (``hash_ids[0]``), else a ``session_id`` column, else the
-          request's row; keys hash onto a ring of replicas (64 points each) and a
-          request goes to the first replica clockwise whose outstanding requests are
-          below ``ceil(affinity_bound * (total + 1) / replicas)``. Requests sharing a
-          prefix meet the same replica's prefix cache while no replica is overloaded.
-        * ``"random"``: uniformly at random (``seed``); ``"round_robin"``: in turn;
-          ``"pooled"``: one queue shared by all replicas (a perfect balancer).
+          with fewer outstanding requests wins (Mitzenmacher's power of two choices).
+        * ``"affinity"``: prefix affinity on the request's ``hash_ids`` (the longest
+          run of leading blocks the router sent there) with bounded load (consistent
+          hashing with bounded loads): no replica takes a request once its outstanding
+          requests reach ``ceil(affinity_bound * (total + 1) / replicas)``; without a
+          match, a ring keyed by ``session_id`` (else the row).
+        * ``"random"`` (``seed``), ``"round_robin"``.
+        * Bounds, not routers: ``"pooled"``, one queue shared by all replicas (a perfect
+          balancer), and ``"oracle_work"``, the least outstanding *work* in tokens
+          counted with every output length known in advance (what ``least_loaded``
+          was; that name now raises ValueError).
     policy : {"fcfs", "sjf", "srpt", "edf", "priority"}
         Order of each waiting queue.
     seed : int, optional
@@ -1126,6 +1118,9 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     affinity_bound : float
         Load bound ``c >= 1`` of the ``affinity`` router: no replica takes more than
         ``c`` times the mean outstanding requests (1.25 by default).
+    router_options : dict, optional
+        Parameters of the ``endpoint_picker``, ``cache_aware`` and ``kv_cost`` routers
+        (:data:`servingcap.routers.OPTIONS` lists them with their defaults).
 
     Returns
     -------
@@ -1177,7 +1172,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                   else _Engine(k, replica, req, queue, policy, steps))
         queue.replicas.append(engine)
         engines.append(engine)
-    route = _Router(router, engines, req, rng, affinity_bound)
+    route = Router(router, engines, req, rng, affinity_bound, router_options)
     touched: list[_Queue] = []                          # queues fed since the last wake-up
     times, rows, prompts = req.arrival[order].tolist(), order.tolist(), req.prompt.tolist()
     longest = min(math.inf if replica.max_prompt_tokens is None else replica.max_prompt_tokens,
@@ -1204,6 +1199,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
             else:
                 target.enqueue(i)
+                route.update(target)
                 if queue not in touched:
                     touched.append(queue)
             if a < n_req and times[a] == t_arrival:
@@ -1212,6 +1208,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 for server in q.replicas:
                     if server.busy_until == math.inf:
                         server.plan(t_arrival)          # wake an idle replica
+                        route.update(server)
                     else:
                         server.cut(t_arrival)           # or let it admit at its next boundary
             touched.clear()
@@ -1221,6 +1218,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         now = engine.busy_until
         engine.finish_step()
         engine.plan(now)
+        route.update(engine)
     if fast:
         for engine in engines:
             engine.settle()                 # write out the lazily counted decode state
