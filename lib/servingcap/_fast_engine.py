@@ -520,7 +520,9 @@ class FastEngine(_Engine):
         left = self.s.left
         pending = sum(left[i] for i in self.running)
         if self.bounds is not None:
-            pending -= bisect.bisect_left(self.bounds, t) * self.chunk
+            # each step of a chunk run prefills the run's chunk (step_work less decodes)
+            take = self.step_work - self.step_decode
+            pending -= bisect.bisect_left(self.bounds, t) * take
         return pending
 
     def queued_tokens(self) -> int:
