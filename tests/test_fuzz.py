@@ -534,6 +534,14 @@ ENTRIES = [
     E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
     E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
       max_growth=0.5, scale=1.0),
+    E("stats.feasibility", stats.feasibility, allow_inf=True,
+      values=[0.991, 0.995, 0.993, 0.994, 0.996, 0.992, 0.995, 0.994, 0.993, 0.996],
+      target=0.99, delta=0.0025, alpha=0.05, first=10, at_most=False, confidence=0.95),
+    E("stats.feasibility_constants", stats.feasibility_constants, alpha=0.05, first=10),
+    E("stats.quantile_ci", stats.quantile_ci, allow_inf=True, values=SERIES, p=0.9,
+      confidence=0.95, batches=4, min_tail=5),
+    E("stats.replicated_quantile_ci", stats.replicated_quantile_ci, allow_inf=True,
+      runs=[SERIES, SERIES[::-1].copy()], p=0.9, confidence=0.95, min_tail=5),
     # oplaws
     E("oplaws.utilization_law", oplaws.utilization_law, throughput=2.0, demand=0.3),
     E("oplaws.throughput_bound", oplaws.throughput_bound, demand=[0.3, 0.1]),
@@ -835,7 +843,7 @@ NOT_ENTRY_POINTS = {
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
-    "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
+    "stats.Estimate", "stats.Warmup", "stats.Verdict", "stats.Decision", "oplaws.ClosedLoop",
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
