@@ -19,10 +19,13 @@ itself does not show. This module holds the standard remedies:
 - :func:`replication_seeds` gives each replication its own stream with
   :meth:`numpy.random.SeedSequence.spawn`; reusing replication *i*'s seed for every
   configuration compared is the common-random-numbers design.
-- :func:`feasibility` decides "mean >= target" (an SLO attainment; equivalently "the
-  p-quantile <= its limit") sequentially with an indifference zone: meets / misses with
-  a stated error probability, or ``"open"`` when the replications allowed run out first
-  (Batur & Kim 2010; Kim & Nelson 2001).
+- :func:`sequential_check` and :func:`feasibility` decide "mean >= target" (an SLO
+  attainment; equivalently "the p-quantile <= its limit") sequentially with an
+  indifference zone: meets / misses with a stated error probability, or ``"open"`` when
+  the replications allowed run out first. :func:`sequential_check` (repeated
+  t-intervals at fixed looks, Bonferroni across looks) is what planning uses;
+  :func:`feasibility` is Batur & Kim's (2010) fully sequential check, which with a
+  narrow zone stays open far from the target when replications vary a lot.
 - :func:`quantile_ci` and :func:`replicated_quantile_ci` put an interval on a quantile
   *as printed* (the p99 of the whole run, or of all replications pooled), by sectioning
   (Asmussen & Glynn 2007): never a mean of batch p99s presented as the p99's interval.
@@ -48,7 +51,8 @@ from . import _check
 
 __all__ = ["Estimate", "mser", "Warmup", "mean_ci", "batch_means_ci", "percentile_ci",
            "proportion_ci", "replication_seeds", "Verdict", "steady_state", "warmup_cuts",
-           "Decision", "feasibility", "feasibility_constants", "quantile_ci",
+           "Decision", "feasibility", "feasibility_constants", "sequential_check",
+           "look_schedule", "quantile_ci",
            "replicated_quantile_ci", "INDIFFERENCE", "FIRST_STAGE", "MIN_TAIL"]
 
 MSER_BATCH = 5
@@ -637,6 +641,130 @@ def feasibility(values, target: float, *, delta: float = INDIFFERENCE,
     i = int(np.argmax(stop))
     verdict = "meets" if meets[i] else "misses"
     return Decision(verdict, estimate, goal, d, float(alpha), i + 1, needed, method)
+
+
+def look_schedule(first: int, cap: int) -> list[int]:
+    """Replication counts at which :func:`sequential_check` looks: ``first``, then
+    doubling (``2 first``, ``4 first``, ...), and ``cap`` itself; all <= ``cap``.
+    ``first`` >= 2, ``cap`` >= ``first``."""
+    n0 = _check.whole("first", first, minimum=2)
+    top = _check.whole("cap", cap)
+    if top < n0:
+        raise ValueError(f"cap must be >= first={n0} (the first look), got cap={cap!r}")
+    out = [n0]
+    while 2 * out[-1] < top:
+        out.append(2 * out[-1])
+    if out[-1] != top:
+        out.append(top)
+    return out
+
+
+def sequential_check(values, target: float, *, cap: int, delta: float = INDIFFERENCE,
+                     alpha: float = 0.05, first: int = FIRST_STAGE, at_most: bool = False,
+                     confidence: float = 0.95) -> Decision:
+    """Sequential verdict on "the mean of ``values`` is >= ``target``" by repeated
+    t-intervals at fixed looks: ``"meets"``, ``"misses"`` or ``"open"``.
+
+    ``values`` are independent units in replication order (e.g. each replication's SLO
+    attainment, a fraction; "attainment >= target" is "the target-quantile of the latency
+    <= its limit"). The looks are fixed in advance by ``first`` and ``cap``
+    (:func:`look_schedule`: ``n0, 2 n0, 4 n0, ..., cap``, ``K`` looks). At each look ``r``
+    whose units are in, the one-sided bounds ``L, U = mean -+ t_{1 - alpha/K, r-1} S /
+    sqrt(r)`` are compared with the indifference zone ``target +- delta``:
+
+    - ``L >= target - delta``: "meets" is allowed; ``U <= target + delta``: "misses" is
+      allowed; the first look allowing one verdict gives it (when both are allowed the
+      interval lies inside the zone, where either is right: the sign of ``mean -
+      target`` picks).
+    - A wrong verdict outside the zone needs a bound on the wrong side of the truth at
+      some look: probability <= ``alpha / K`` per look (t-interval, normal units), so
+      <= ``alpha`` in all (Bonferroni across looks; repeated confidence intervals,
+      Jennison & Turnbull 2000, ch. 9).
+    - The check is sure to decide at the first look whose half-width is below
+      ``delta`` (Law 2015, sec. 9.4.1, the sequential procedure for a fixed absolute
+      precision, with ``delta`` as the precision); far from the target it decides at
+      the first look.
+
+    With ``at_most=True`` the claim is "mean <= ``target``". Fewer than ``first``
+    values, or no decisive look among those whose units are in, give ``"open"``: report
+    it with its interval; it is not a miss. Values past ``cap`` are ignored.
+
+    Parameters
+    ----------
+    values : array of float
+        One estimate per replication, in replication order (finite).
+    target : float
+        The threshold (unit of ``values``).
+    cap : int
+        Most units the caller will produce (the last look), >= ``first``.
+    delta, alpha, first, at_most, confidence
+        As in :func:`feasibility`.
+
+    Returns
+    -------
+    Decision
+        ``needed`` is the look by which the half-width (at the current spread) falls
+        below ``delta`` (may exceed ``cap``: then the point will likely stay open).
+    """
+    x = _check.array("values", values)
+    goal = _check.number("target", target)
+    d = _check.positive("delta", delta)
+    a = _check.probability("alpha", alpha)
+    if not 1e-9 <= a < 0.5:
+        raise ValueError(f"alpha must be in [1e-9, 0.5) (below 0.5: better than a coin), "
+                         f"got {alpha!r}")
+    schedule = look_schedule(first, cap)
+    n0 = schedule[0]
+    if not isinstance(at_most, (bool, np.bool_)):
+        raise ValueError(f"at_most must be True or False, got {at_most!r}")
+    conf = _confidence(confidence)
+    if x.size == 0:
+        raise ValueError("values must hold at least 1 value, got 0")
+    x = x[: schedule[-1]]
+    with _check.naming("values"):
+        estimate = mean_ci(x, conf)
+    k = len(schedule)
+    claim = "<=" if at_most else ">="
+    method = (f"repeated t-intervals at {k} looks ({', '.join(map(str, schedule))}), "
+              f"Bonferroni alpha/{k}, mean {claim} target")
+    sign = -1.0 if at_most else 1.0
+    y = sign * x                       # "mean of y >= sign * target" in both cases
+    goal_y = sign * goal
+    def quantile(r: int) -> float:
+        return float(_st.t.isf(a / k, r - 1))
+
+    needed = schedule[-1]
+    for r in schedule:
+        if r > x.size:
+            break
+        part = y[:r]
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = float(part.mean())
+            spread = float(part.std(ddof=1))
+            half = quantile(r) * spread / math.sqrt(r)
+        if not (math.isfinite(mean) and math.isfinite(half)):
+            raise _check.NumericOverflowError(
+                f"values (magnitude up to {float(np.abs(x).max()):.3g}) overflow floating "
+                "point; use smaller units")
+        can_meet = mean - half >= goal_y - d
+        can_miss = mean + half <= goal_y + d
+        if can_meet or can_miss:
+            verdict = ("meets" if mean >= goal_y else "misses") if can_meet and can_miss \
+                else ("meets" if can_meet else "misses")
+            return Decision(verdict, estimate, goal, d, a, r, r, method)
+        for later in schedule:
+            if later >= r and quantile(later) * spread / math.sqrt(later) < d:
+                needed = later
+                break
+        else:
+            with np.errstate(over="ignore", divide="ignore"):
+                z = float(_st.norm.isf(a / k))
+                guess = (z * spread / d) ** 2
+            needed = int(min(max(guess, schedule[-1] + 1), 1e15))
+    if x.size < n0:
+        return Decision("open", estimate, goal, d, a, int(x.size), n0,
+                        method + f"; first stage incomplete ({x.size} of {n0})")
+    return Decision("open", estimate, goal, d, a, int(x.size), needed, method)
 
 
 # --------------------------------------------------------------------------- quantile intervals
