@@ -543,6 +543,8 @@ ENTRIES = [
       target=0.99, cap=16, delta=0.0025, alpha=0.05, first=10, at_most=False,
       confidence=0.95),
     E("stats.look_schedule", stats.look_schedule, first=10, cap=100),
+    E("stats.sectioning_ci", stats.sectioning_ci, allow_inf=True, whole=1.0,
+      sections=[0.9, 1.1, 1.05, 0.95], confidence=0.95, what="sections"),
     E("stats.quantile_ci", stats.quantile_ci, allow_inf=True, values=SERIES, p=0.9,
       confidence=0.95, batches=4, min_tail=5),
     E("stats.replicated_quantile_ci", stats.replicated_quantile_ci, allow_inf=True,

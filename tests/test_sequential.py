@@ -165,6 +165,19 @@ def test_replicated_quantile_ci_pools_the_replications():
     assert stats.replicated_quantile_ci(runs, 0.99).high == math.inf
 
 
+def test_sectioning_a_difference_of_p99s_centres_on_the_whole_run_difference():
+    rng = np.random.default_rng(4)
+    a, b = rng.exponential(1.0, 20_000), rng.exponential(1.2, 20_000)
+    whole = (np.quantile(b, 0.99, method="inverted_cdf")
+             - np.quantile(a, 0.99, method="inverted_cdf"))
+    parts = [np.quantile(y, 0.99, method="inverted_cdf")
+             - np.quantile(x, 0.99, method="inverted_cdf")
+             for x, y in zip(a.reshape(10, 2000), b.reshape(10, 2000), strict=True)]
+    ci = stats.sectioning_ci(whole, parts)
+    assert ci.value == whole and ci.low < 0.2 * math.log(100) < ci.high   # exact 0.92
+    assert stats.sectioning_ci(math.inf, parts).high == math.inf
+
+
 @pytest.mark.parametrize("call, named", [
     (lambda: stats.feasibility([0.99] * 10, 0.99, delta=0), "delta"),
     (lambda: stats.feasibility([0.99] * 10, 0.99, alpha=0.5), "alpha"),
@@ -177,6 +190,8 @@ def test_replicated_quantile_ci_pools_the_replications():
     (lambda: stats.sequential_check([0.99] * 10, 0.99, cap=10, alpha=0.7), "alpha"),
     (lambda: stats.quantile_ci(np.ones(5000), 0.99), r"min_tail=10.*at least 1000 "),
     (lambda: stats.quantile_ci(np.ones(5000), 0.99, batches=1), "batches"),
+    (lambda: stats.sectioning_ci(math.nan, [1.0, 2.0]), "whole"),
+    (lambda: stats.sectioning_ci(1.0, [1.0]), "sections"),
     (lambda: stats.replicated_quantile_ci([np.ones(2000)], 0.99), "at least 2"),
     (lambda: stats.replicated_quantile_ci(np.ones(2000), 0.99), "runs"),
     (lambda: stats.replicated_quantile_ci([np.ones(2000)] * 2, 1.0), "p must be"),

@@ -40,6 +40,7 @@ misses or cannot yet tell a target; a :class:`Decision` is the sequential answer
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from . import _check
 __all__ = ["Estimate", "mser", "Warmup", "mean_ci", "batch_means_ci", "percentile_ci",
            "proportion_ci", "replication_seeds", "Verdict", "steady_state", "warmup_cuts",
            "Decision", "feasibility", "feasibility_constants", "sequential_check",
-           "look_schedule", "quantile_ci",
+           "look_schedule", "sectioning_ci", "quantile_ci",
            "replicated_quantile_ci", "INDIFFERENCE", "FIRST_STAGE", "MIN_TAIL"]
 
 MSER_BATCH = 5
@@ -783,29 +784,62 @@ def _section_quantiles(sections: list[np.ndarray], p: float, min_tail: int,
     return np.array([np.quantile(part, p, method="inverted_cdf") for part in sections])
 
 
+def sectioning_ci(whole: float, sections, confidence: float = 0.95, *,
+                  what: str = "sections") -> Estimate:
+    """Sectioning interval: centred on the estimate from *all* the data, ``whole``, with
+    the spread of the same estimator on each section about it.
+
+    ``sections`` holds the estimator applied to each of ``b >= 2`` independent (or
+    long, nearly independent) sections of the data: replications, or consecutive
+    batches of one run. The interval is ``whole -+ t_{b-1} S / sqrt(b)`` with ``S^2 =
+    sum_j (section_j - whole)^2 / (b - 1)`` (Asmussen & Glynn 2007, "Stochastic
+    Simulation", sec. III.5; Law 2015, sec. 9.5). Use it for a nonlinear estimator whose
+    section values are biased, such as a p99 (:func:`quantile_ci` and
+    :func:`replicated_quantile_ci` call it) or a *difference of p99s* between two
+    configurations run on common random numbers (``whole``: the difference of the
+    whole-run p99s; ``sections``: the per-section differences). The mean of the section
+    values is never the point: it carries their bias. An infinite ``whole`` or section
+    (a failed request as a quantile) gives an infinite upper end.
+    """
+    conf = _confidence(confidence)
+    if isinstance(whole, bool) or not isinstance(whole, (int, float, np.integer, np.floating)) \
+            or math.isnan(float(whole)) or float(whole) == -math.inf:
+        raise ValueError(f"whole must be a number (or +inf), got {whole!r}")
+    value = float(whole)
+    parts = _check.array("sections", sections, allow_inf=True)
+    b = parts.size
+    if b < 2:
+        raise ValueError(f"sections must hold at least 2 values for a sectioning interval, "
+                         f"got {b}")
+    method = f"sectioning over {b} {what}"
+    if not (math.isfinite(value) and np.isfinite(parts).all()):
+        # a quantile that is a failed request (+inf): no spread to measure
+        low = float(parts.min()) if math.isfinite(float(parts.min())) else value
+        return Estimate(value, min(low, value), math.inf, conf, b,
+                        method + "; an estimate is infinite")
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = float(np.sqrt(np.sum((parts - value) ** 2) / (b - 1)))
+        half = float(_st.t.ppf(0.5 + conf / 2, b - 1)) * spread / math.sqrt(b)
+    _check.finite_result(value + half - (value - half),
+                         f"sections (estimates of magnitude up to "
+                         f"{float(np.abs(parts).max()):.3g}) around whole={whole!r}")
+    return Estimate(value, value - half, value + half, conf, b, method)
+
+
 def _sectioning(sections: list[np.ndarray], p: float, confidence: float, min_tail: int,
                 what: str) -> Estimate:
-    """Sectioning (Asmussen & Glynn 2007, sec. III.5; Law 2015, sec. 9.5): the point is
-    the quantile of all sections pooled; the spread of the section quantiles *around it*
-    gives a t-interval with b - 1 degrees of freedom."""
+    """Sectioning (:func:`sectioning_ci`) for the ``p``-quantile: the point is the
+    quantile of all sections pooled."""
     b = len(sections)
     if b < 2:
         raise ValueError(f"{what} must number at least 2 for a sectioning interval, got {b}")
     parts = _section_quantiles(sections, p, min_tail, what)
     pooled = np.concatenate(sections)
     value = float(np.quantile(pooled, p, method="inverted_cdf"))
-    method = f"sectioning over {b} {what} (pooled quantile)"
-    if not (math.isfinite(value) and np.isfinite(parts).all()):
-        # a section's quantile is a failed request (+inf): no spread to measure
-        low = float(parts.min()) if math.isfinite(float(parts.min())) else value
-        return Estimate(value, min(low, value), math.inf, confidence, b,
-                        method + "; a section's quantile is infinite")
-    with np.errstate(over="ignore", invalid="ignore"):
-        spread = float(np.sqrt(np.sum((parts - value) ** 2) / (b - 1)))
-        half = float(_st.t.ppf(0.5 + confidence / 2, b - 1)) * spread / math.sqrt(b)
-    _check.finite_result(value + half, f"section quantiles of magnitude up to "
-                         f"{float(np.abs(parts).max()):.3g}")
-    return Estimate(value, value - half, value + half, confidence, b, method)
+    with _check.naming(what):
+        est = sectioning_ci(value, parts, confidence, what=what)
+    return dataclasses.replace(est, method=est.method.replace(
+        f"sectioning over {b} {what}", f"sectioning over {b} {what} (pooled quantile)"))
 
 
 def quantile_ci(values, p: float, confidence: float = 0.95, *, batches: int = 10,
