@@ -279,3 +279,49 @@ def test_inputs_that_are_not_workloads_are_rejected():
     with pytest.raises(ValueError, match="params of gamma must be exactly"):
         Lengths("gamma", {"mean": 300})
     assert isinstance(CapacityResult.__doc__, str)
+
+
+def _scripted(monkeypatch, verdict_of):
+    """Replace the simulation of a point by a scripted verdict (the search logic alone)."""
+    from servingcap import planning
+
+    def point(s, rate, replicas):
+        verdict = verdict_of(rate, replicas)
+        att = {"meets": 0.95, "misses": 0.8, "open": 0.9, "unstable": 0.5}[verdict]
+        row = {c: 0.0 for c in CURVE_COLUMNS}
+        row.update(rate_rps=rate, attainment=att, attainment_low=att - 0.01,
+                   attainment_high=att + 0.01, replications=4, needed=4,
+                   verdict=verdict, meets=verdict == "meets")
+        return row
+    monkeypatch.setattr(planning, "_point", point)
+
+
+def test_an_open_size_is_never_taken_for_a_miss_in_the_fleet_search(monkeypatch):
+    # Sizes 3-4 miss, 5-6 are open (not decided), 7 and up meet: the answer is 7, and the
+    # report knows 6 is open (not shown to miss) and 4 the largest shown to miss.
+    def verdict(rate, n):
+        return "misses" if n <= 4 else "open" if n <= 6 else "meets"
+    _scripted(monkeypatch, verdict)
+    rate = 2.5 * fluid_rate(WORK, SMALL)                 # fluid bound: 3 replicas
+    fleet = smallest_fleet(WORK, SMALL, rate, start=3, **FAST)
+    assert fleet.replicas == 7 and fleet.below_verdict == "open"
+    assert fleet.shown_to_miss <= 4 and 6 in fleet.open
+    assert "6 open" in str(fleet)
+    # with no open size the size below is shown to miss
+    _scripted(monkeypatch, lambda rate, n: "misses" if n <= 5 else "meets")
+    fleet = smallest_fleet(WORK, SMALL, rate, start=3, **FAST)
+    assert (fleet.replicas, fleet.below_verdict, fleet.shown_to_miss) == (6, "misses", 5)
+
+
+def test_the_capacity_is_bracketed_by_decided_rates_with_open_ones_between(monkeypatch):
+    fluid = fluid_rate(WORK, SMALL)
+    lo_open, hi_open = 0.5 * fluid, 0.6 * fluid     # open band; meets below, misses above
+
+    def verdict(rate, n):
+        return "meets" if rate < lo_open else "misses" if rate > hi_open else "open"
+    _scripted(monkeypatch, verdict)
+    found = capacity_search(WORK, SMALL, rtol=0.01, **FAST)
+    assert found.rate < lo_open and found.upper > hi_open
+    assert found.rate > 0.97 * lo_open and found.upper < 1.03 * hi_open   # rtol-tight
+    assert found.open and all(lo_open <= r <= hi_open for r in found.open)
+    assert "capacity between" in str(found) and "open at" in str(found)
