@@ -59,6 +59,7 @@ DEFAULTS = {
     "rtol": 0.02,
     "budget": 16,
     "confidence": 0.95,
+    "indifference": 0.25,
     "holds": 20.0,
     "max_replicas": 4096,
     "workers": None,
@@ -128,17 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
             "Prints (1) the closed-form first guess: Little's law a = rate x T_hold busy\n"
             "slots, square-root staffing c = a + beta sqrt(a), whole replicas plus spares,\n"
             "and the fluid throughput bound (fewer replicas cannot carry the rate at all);\n"
-            "(2) the smallest replica count whose simulated SLO attainment meets --target\n"
+            "(2) the smallest replica count shown to meet --target by simulation\n"
             "(continuous-batching simulator), with a confidence interval, p99 TTFT/TPOT,\n"
-            "goodput, replications and run length, and the count one below; (3) the\n"
-            "plan rate: the largest rate that many serving replicas are shown to carry\n"
-            "(spares held back), found by bisection on the simulator.\n\n"
+            "goodput, replications and run length, and the count one below (shown to\n"
+            "miss, or open); (3) the capacity of that many serving replicas (spares held\n"
+            "back) as an interval: the largest rate shown to meet (the plan rate) and the\n"
+            "smallest shown to miss, found by bisection on the simulator.\n\n"
             "A request meets the SLO when it finishes with TTFT <= --ttft-p99-ms and mean\n"
-            "TPOT <= --tpot-p99-ms; a fleet meets it when the --confidence interval of its\n"
-            "attainment (t-interval across independent replications) lies at or above\n"
-            "the --target (0.99: a joint p99), misses when it lies below, is 'undecided'\n"
-            "when it still straddles the target after --budget replications, and is\n"
-            "'unstable' when the runs have no steady state (latency or misses keep rising).\n"
+            "TPOT <= --tpot-p99-ms. Whether a fleet's attainment reaches --target (0.99: a\n"
+            "joint p99) is decided sequentially: replications are added (10, then doubling,\n"
+            "up to --budget) until a one-sided t-interval across them clears the\n"
+            "indifference zone --target +- --indifference; the verdict (meets / misses) is\n"
+            "wrong with probability at most 1 - --confidence outside the zone. A point not\n"
+            "decided within --budget is 'open' (never counted as a miss), and one whose\n"
+            "runs have no steady state (latency or misses keep rising) is 'unstable'.\n"
             "Each replication simulates --holds hold times of traffic at the rate (at least\n"
             "2,000 requests), its warm-up cut by MSER-5; replication i replays the same\n"
             "traffic at every size and rate (common random numbers), so the answer does not\n"
@@ -270,12 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['beta']:g})")
     g = p.add_argument_group("simulation and statistics")
     g.add_argument("--budget", type=str, metavar="REPLICATIONS", default=S,
-                   help="most independent replications per simulated point; 4 first, "
-                        "doubling while the interval straddles the target "
-                        f"(default {d['budget']})")
+                   help="most independent replications per simulated point; 10 first, "
+                        "doubling until the sequential check decides; a point still "
+                        f"undecided is 'open' (default {d['budget']})")
     g.add_argument("--confidence", type=str, metavar="FRACTION", default=S,
-                   help="level of every confidence interval, in (0, 1) "
+                   help="level of every confidence interval, in (0, 1); 1 - confidence is "
+                        "the error of a meets/misses verdict (must be > 0.5) "
                         f"(default {d['confidence']:g})")
+    g.add_argument("--indifference", type=str, metavar="PERCENTAGE_POINTS", default=S,
+                   help="half-width of the indifference zone around --target, in "
+                        "percentage points of attainment: a fleet within it may be called "
+                        f"either way (default {d['indifference']:g})")
     g.add_argument("--holds", type=str, metavar="HOLD_TIMES", default=S,
                    help="simulated traffic per replication, in hold times T_hold at the "
                         f"rate (at least 2,000 requests) (default {d['holds']:g})")
@@ -459,6 +468,7 @@ class Settings:
     rtol: float
     budget: int
     confidence: float
+    delta: float
     holds: float
     max_replicas: int
     workers: int | None
@@ -536,8 +546,12 @@ def settings(options: dict) -> Settings:
     if rtol >= 1:
         raise _bad("rtol", o["rtol"], "must be < 1")
     confidence = _number("confidence", o["confidence"])
-    if confidence >= 1:
-        raise _bad("confidence", o["confidence"], "must be < 1")
+    if not 0.5 < confidence < 1:
+        raise _bad("confidence", o["confidence"], "must be in (0.5, 1)")
+    zone = _number("indifference", o["indifference"])
+    if zone >= 50:
+        raise _bad("indifference", o["indifference"],
+                   "must be < 50 percentage points")
     holds = _number("holds", o["holds"])
     workers = None if o["workers"] is None else _whole("workers", o["workers"])
     scheduler = o["scheduler"]
@@ -550,7 +564,8 @@ def settings(options: dict) -> Settings:
                    limits=limits, target=target, router=router, policy=policy,
                    spares=_whole("spares", o["spares"], minimum=0),
                    beta=_number("beta", o["beta"], allow_zero=True), seed=seed, rtol=rtol,
-                   budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
+                   budget=_whole("budget", o["budget"]), confidence=confidence,
+                   delta=zone / 100.0, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
                    cost=cost_text)
@@ -723,8 +738,13 @@ def _ms_or_na(seconds: float) -> str:
 
 
 def _reps(budget: int) -> str:
-    first = min(4, budget)
-    return f"{first}" if first == budget else f"{first} to {budget}"
+    from .stats import FIRST_STAGE, look_schedule
+
+    first = min(FIRST_STAGE, budget)
+    if first == budget:
+        return f"{first}"
+    looks = look_schedule(first, budget) if first >= 2 else [budget]
+    return f"{first} to {budget} (looks at {', '.join(map(str, looks))})"
 
 
 def _sizes(sizes) -> str:
@@ -777,8 +797,11 @@ def render(s: Settings, result) -> str:
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
-        f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; {s.confidence:.0%} "
-        "t-intervals across replications decide meets/misses",
+        f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; repeated one-sided "
+        "t-intervals across replications decide meets/misses at each look, each verdict "
+        f"wrong with probability <= {1 - s.confidence:.0%} when the attainment is outside "
+        f"{s.target:.2%} +- {100 * s.delta:.2g} points (Bonferroni across looks); 'open': "
+        f"not decided within --budget, never counted as a miss; intervals {s.confidence:.0%}",
         "",
         f"1. Closed-form first guess (Little + square-root staffing, beta = {sz.beta:g})",
         f"   T_hold = mean prefill + mean decode steps at a full batch = {result.hold_s:.3g} s "
@@ -791,7 +814,7 @@ def render(s: Settings, result) -> str:
         f"{_replicas(fleet.fluid_min)} (fewer are overloaded and are not simulated)",
         "",
         f"2. Simulator-confirmed fleet: {_replicas(fleet.replicas)} + {result.spares} "
-        f"spare = {_replicas(result.replicas)}",
+        f"spare = {_replicas(result.replicas)} ({_below(fleet)})",
         f"   {'replicas':>8}  {'attainment (CI)':>24}  {'TTFT p99':>8}  {'TPOT p99':>8}  "
         f"{'goodput':>13}  {'reps':>4}  {'run':>7}  verdict",
         _fleet_row(fleet.replicas, result.at_size),
@@ -811,9 +834,9 @@ def render(s: Settings, result) -> str:
     diff = fleet.replicas - sz.replicas_for_slots
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
                  f"{fleet.replicas} ({diff:+d})")
-    if fleet.undecided:
-        lines.append(f"   undecided after {s.budget} replications: {_sizes(fleet.undecided)} "
-                     "(counted as not meeting; a larger --budget may settle them)")
+    if fleet.open:
+        lines.append(f"   open (not decided within {s.budget} replications; not counted as "
+                     f"misses, a larger --budget may decide them): {_sizes(fleet.open)}")
     unstable = rows.loc[rows["verdict"] == "unstable", "replicas"].tolist()
     if unstable:
         lines.append("   unstable (no steady state: latency or misses keep rising along the "
@@ -822,15 +845,26 @@ def render(s: Settings, result) -> str:
     row = cap.at_rate
     total = int(rows["replications"].sum() + cap.evaluations["replications"].sum()
                 - result.at_size["replications"])
+    upper = cap.upper
+    shown = _verdict_at(cap, upper)
     lines += [
         "",
         f"3. Plan rate: {_replicas(fleet.replicas)} (spares held back) "
         f"{'carries' if fleet.replicas == 1 else 'carry'} up to "
-        f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s)",
-        f"   at {cap.rate:.4g} req/s: attainment {_attainment(row)}, TTFT p99 "
+        f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s): capacity "
+        f"between {cap.rate:.4g} and {upper:.4g} req/s",
+        f"   at {cap.rate:.4g} req/s (shown to meet): attainment {_attainment(row)}, TTFT p99 "
         f"{_ms(row['ttft_p99_s'])}, TPOT p99 {_ms_or_na(row['tpot_p99_s'])}, goodput "
-        f"{row['goodput_rps']:.2f} req/s; not shown at {cap.upper:.4g} req/s "
-        f"({_verdict_at(cap, cap.upper)})",
+        f"{row['goodput_rps']:.2f} req/s",
+        (f"   at {upper:.4g} req/s: the fleet's fluid throughput bound (not simulated)"
+         if shown == "fluid bound" else
+         f"   at {upper:.4g} req/s (shown to {'miss' if shown == 'misses' else 'be unstable'})"
+         f": attainment {_attainment(_row_at(cap, upper))}"),
+    ]
+    if cap.open:
+        lines.append("   open between them (not decided within --budget; not misses): "
+                     + ", ".join(f"{r:.4g}" for r in cap.open) + " req/s")
+    lines += [
         f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
         "simulated seconds per replication after warm-up; goodput = requests finishing "
         "within the SLO per second of that window)",
@@ -841,6 +875,31 @@ def render(s: Settings, result) -> str:
 def _verdict_at(cap, rate: float) -> str:
     rows = cap.evaluations.loc[cap.evaluations["rate_rps"] == rate, "verdict"]
     return rows.iloc[-1] if len(rows) else "fluid bound"
+
+
+def _row_at(cap, rate: float):
+    rows = cap.evaluations.loc[cap.evaluations["rate_rps"] == rate]
+    return rows.iloc[-1]
+
+
+def _below(fleet) -> str:
+    """What is known of one replica fewer than the answer, in words."""
+    n = fleet.replicas - 1
+    said = fleet.below_verdict
+    if said == "none":
+        return "one replica is the least"
+    if said == "overloaded":
+        return f"{n} under the fluid bound"
+    if said == "misses":
+        return f"{n} shown to miss"
+    if said == "unstable":
+        return f"{n} shown unstable"
+    if said == "open":
+        miss = fleet.shown_to_miss
+        known = (f"{miss} shown to miss" if miss >= fleet.fluid_min
+                 else f"{miss} under the fluid bound")
+        return f"{n} open: not decided, may meet; {known}"
+    return f"{n} {said}"
 
 
 # --------------------------------------------------------------------------- main
@@ -895,7 +954,7 @@ def main(argv=None) -> int:
         result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
                       limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
                       seed=s.seed, rtol=s.rtol, confidence=s.confidence, budget=s.budget,
-                      holds=s.holds, max_replicas=s.max_replicas, executor=executor,
+                      delta=s.delta, holds=s.holds, max_replicas=s.max_replicas, executor=executor,
                       progress=bar)
     except ValueError as exc:
         bar.close()

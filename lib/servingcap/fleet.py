@@ -560,7 +560,7 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
 
 
 def replicated_attainment(runs, limits, target: float = 0.99,
-                          confidence: float = 0.95) -> dict:
+                          confidence: float = 0.95, *, delta: float = 0.0025) -> dict:
     """SLO attainment of independent replications, with its interval and a verdict.
 
     For runs that :mod:`servingcap.planning` cannot make itself (e.g. the two chained
@@ -571,12 +571,14 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     is Student-t across replications (:func:`servingcap.stats.mean_ci`). The p99s are
     those of the kept requests of all replications pooled, as in
     :data:`servingcap.planning.CURVE_COLUMNS` (a mean of per-run p99s would average a
-    failing replication away), with the lowest and highest single-run p99 TTFT as the
-    run-to-run range (not a confidence interval). The
-    verdict is ``"unstable"`` when at least half the runs fail
+    failing replication away), with a sectioning interval around the pooled p99 TTFT
+    (:func:`servingcap.stats.replicated_quantile_ci`; NaN with fewer than 1,000 kept
+    requests in a run). The verdict is ``"unstable"`` when at least half the runs fail
     :func:`servingcap.stats.steady_state` (TTFT judged against the TTFT limit, misses
-    against the share ``1 - target`` allows), else ``meets`` / ``misses`` /
-    ``undecided`` from the interval.
+    against the share ``1 - target`` allows), else ``meets`` / ``misses`` / ``open``
+    from :func:`servingcap.stats.sequential_check` with one look at all the runs given
+    (error at most ``1 - confidence`` outside ``target +- delta``; ``open`` is not a
+    miss: add replications).
 
     Parameters
     ----------
@@ -588,15 +590,18 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     target : float
         Attainment to reach, in (0, 1).
     confidence : float
-        Level of the intervals, in (0, 1).
+        Level of the intervals, in (0.5, 1); ``1 - confidence`` bounds the verdict's error.
+    delta : float
+        Half-width of the indifference zone around ``target`` (a fraction, default
+        0.0025: a quarter of a percentage point).
 
     Returns
     -------
     dict
         ``attainment``, ``attainment_low``, ``attainment_high`` (fractions),
         ``ttft_p99_s`` and ``tpot_p99_s`` (s, p99 of all replications' kept requests
-        pooled), ``ttft_p99_low`` / ``ttft_p99_high`` (s, the lowest / highest p99 TTFT
-        of one replication), ``requests`` (kept requests, all replications together),
+        pooled), ``ttft_p99_low`` / ``ttft_p99_high`` (s, sectioning interval around
+        the pooled p99 TTFT), ``requests`` (kept requests, all replications together),
         ``misses`` (how many of them missed a limit), ``replications``, ``run_s`` (mean
         simulated seconds after warm-up), ``verdict``.
     """
@@ -604,6 +609,10 @@ def replicated_attainment(runs, limits, target: float = 0.99,
 
     goal = _check.probability("target", target)
     conf = _check.probability("confidence", confidence)
+    if conf <= 0.5:
+        raise ValueError(f"confidence must be > 0.5 (1 - confidence is the verdict's "
+                         f"error), got {confidence!r}")
+    zone = _check.positive("delta", delta)
     if isinstance(runs, pd.DataFrame) or not isinstance(runs, (list, tuple)) or not runs:
         raise ValueError(f"runs must be a non-empty list of per-request DataFrames, "
                          f"got {type(runs).__name__}")
@@ -637,18 +646,27 @@ def replicated_attainment(runs, limits, target: float = 0.99,
                     float(np.quantile(ttft[cut:], 0.99, method="inverted_cdf")),
                     float(arrival[-1] - arrival[cut]), steady,
                     ttft[cut:], tpot[cut:], ok[cut:]))
-    attain = stats.mean_ci([p[0] for p in per], conf)
+    units = [p[0] for p in per]
+    decision = stats.sequential_check(units, goal, cap=max(len(units), 2),
+                                      first=max(len(units), 2), delta=zone,
+                                      alpha=1.0 - conf, confidence=conf)
+    attain = decision.estimate
     unstable = 2 * sum(not p[3] for p in per) >= len(per)
     kept_ok = np.concatenate([p[6] for p in per])
+    parts = [p[4] for p in per]
+    if len(parts) >= 2 and min(x.size for x in parts) * 0.01 >= stats.MIN_TAIL:
+        p99 = stats.replicated_quantile_ci(parts, 0.99, conf)
+        p99_low, p99_high = p99.low, p99.high
+    else:
+        p99_low = p99_high = math.nan
     return {"attainment": attain.value, "attainment_low": max(attain.low, 0.0),
             "attainment_high": min(attain.high, 1.0),
             "ttft_p99_s": _pooled_p99([p[4] for p in per]),
-            "ttft_p99_low": min(p[1] for p in per),
-            "ttft_p99_high": max(p[1] for p in per),
+            "ttft_p99_low": p99_low, "ttft_p99_high": p99_high,
             "tpot_p99_s": _pooled_p99([p[5] for p in per]),
             "requests": int(kept_ok.size), "misses": int((~kept_ok).sum()),
             "replications": len(per), "run_s": float(np.mean([p[2] for p in per])),
-            "verdict": "unstable" if unstable else attain.decide(goal)}
+            "verdict": "unstable" if unstable else decision.verdict}
 
 
 def _pooled_p99(parts) -> float:
