@@ -181,6 +181,8 @@ ENTRIES = [
     E("queues.MMc", queues.MMc, arrival_rate=1.0, service_rate=1.0, servers=2),
     E("queues.MMc.wait_cdf", lambda t: MMC.wait_cdf(t), t=0.3),
     E("queues.MMc.wait_quantile", lambda p: MMC.wait_quantile(p), p=0.99),
+    E("queues.MMc.response_cdf", lambda t: MMC.response_cdf(t), t=0.3),
+    E("queues.MMc.response_quantile", lambda p: MMC.response_quantile(p), p=0.99),
     E("queues.erlang_b", queues.erlang_b, servers=10, offered_load=8.0),
     E("queues.erlang_c", queues.erlang_c, servers=10, offered_load=8.0),
     E("queues.sqrt_staffing", queues.sqrt_staffing, offered_load=100.0, beta=2.0),
