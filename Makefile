@@ -70,11 +70,15 @@ $(BOOK_INDEX): $(STAMP) $(KERNEL_CONFIG) $(BOOK_SOURCES)
 
 test: test-unit test-notebooks
 
+# Both run on every core (pytest-xdist); --dist loadfile keeps each file, so each
+# notebook's cells, on one worker in order.
+JOBS ?= auto
+
 test-unit: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
 
 test-notebooks: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
 
 # Headless Debian Chromium (CI runs as root; Playwright never downloads a browser).
 chromium:
