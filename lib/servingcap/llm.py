@@ -265,8 +265,9 @@ def fused_token_budget(tpot_slo_s: float, decode_step_s: float, weight_read_s: f
     room = slo - attention
     if room < max(w, b / rate) or t_dec >= slo:
         raise ValueError(
-            f"decode_step_s={t_dec!r} at decode_batch={b} leaves no room for a prefill chunk "
-            f"within tpot_slo_s={slo!r}")
+            f"decode_step_s={t_dec!r} at decode_batch={b} (weight_read_s={w!r}, "
+            f"prefill_rate={rate!r}) leaves no room for a prefill chunk within "
+            f"tpot_slo_s={slo!r}")
     budget = room * rate
     return int(math.floor(budget + 1e-9 * max(budget, 1.0)))
 
