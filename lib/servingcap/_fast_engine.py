@@ -4,12 +4,13 @@
 sequence's counters (tokens generated, last token time, largest gap) at the end of every
 step, with numpy fancy indexing on arrays of a few dozen entries, and sums every running
 sequence's KV blocks with numpy several times a step. Most of a replay's time went
-there. This engine runs the same schedule in ``mode="combined"`` without a step log or
-``until_s`` (:func:`usable` says when): with or without a KV limit (tokens, blocks,
-reservations), prefix cache, preemption (by memory or by policy) and timeouts. There a
-decoding sequence emits a token in *every* step of its replica until it finishes or is
-preempted, so all of a replica's decoding sequences share one token clock, and a
-sequence's state follows from where it joined it:
+there. This engine runs the same schedule in every mode without a step log
+(:func:`usable` says when; ``until_s`` included): with or without a KV limit (tokens,
+blocks, reservations), prefix cache, preemption (by memory or by policy) and timeouts.
+In ``combined`` and ``mixed`` mode a decoding sequence emits a token in *every* step of
+its replica until it finishes or is preempted (in ``prefill_first``, in every decode
+step: :class:`PrefillFirstEngine`), so all of a replica's decoding sequences share one
+token clock, and a sequence's state follows from where it joined it:
 
 * tokens generated = (tokens it had when it joined) + (ticks now - ticks at join);
 * it finishes when the clock reaches ``join + output_tokens - tokens at join`` (a heap of
