@@ -36,10 +36,10 @@ router (:mod:`servingcap.routers`: routers on the signals a gateway has, the def
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
 
-Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-mixed and combined modes with no step log (KV limits, prefix cache, preemption, timeouts
-and ``until_s`` included), :func:`simulate` runs ``_fast_engine.FastEngine``
-instead. It accounts for decodes lazily and takes runs of identical steps at once, and
+Two engines run this model. ``_Engine`` here is the step-by-step reference. In every
+mode with no step log (KV limits, prefix cache, preemption, timeouts and ``until_s``
+included), :func:`simulate` runs ``_fast_engine.FastEngine`` (or its
+``PrefillFirstEngine``) instead. It accounts for decodes lazily and takes runs of identical steps at once, and
 gives the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
@@ -1168,7 +1168,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     engines = []
     for k in range(n_rep):
         queue = shared if shared is not None else _Queue()
-        engine = (_fast_engine.FastEngine(k, replica, req, queue, policy, lists) if fast
+        engine = (_fast_engine.engine(k, replica, req, queue, policy, lists) if fast
                   else _Engine(k, replica, req, queue, policy, steps))
         queue.replicas.append(engine)
         engines.append(engine)
