@@ -5,7 +5,7 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``; the engine ``serving`` and the command line ``__main__`` /
+``disagg``, ``planning``, ``memory``; the engine ``serving`` and the command line ``__main__`` /
 ``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
@@ -60,6 +60,7 @@ from servingcap import (  # noqa: E402
     knee,
     kvcache,
     llm,
+    memory,
     oplaws,
     parallel,
     params,
@@ -86,7 +87,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning")
+                  "calibrate", "disagg", "planning", "memory")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -148,6 +149,7 @@ FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA
 MM1 = queues.MM1(0.5, 1.0)
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+MEMORY = memory.memory_plan("Llama-3.1-8B", "H100-SXM")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
@@ -564,6 +566,13 @@ ENTRIES = [
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
+    # memory
+    E("memory.memory_plan", memory.memory_plan, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
+      gpu_memory_utilization=0.9, fp8=False, reserve_gib=3.0, block_tokens=16),
+    E("memory.MemoryPlan.max_batch", lambda mean_context_tokens: MEMORY.max_batch(
+        mean_context_tokens), mean_context_tokens=2000.0),
+    E("memory.MemoryPlan.check_batch", lambda slots, mean_context_tokens: MEMORY.check_batch(
+        slots, mean_context_tokens), slots=8, mean_context_tokens=2000.0),
     # profiles
     E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
       engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
@@ -839,7 +848,7 @@ NOT_ENTRY_POINTS = {
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
-    "calibrate.Calibration",
+    "calibrate.Calibration", "memory.MemoryPlan",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
 }

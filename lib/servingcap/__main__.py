@@ -44,6 +44,7 @@ DEFAULTS = {
     "model_config": None,
     "gpu": None,
     "tp": 1,
+    "gpu_memory_utilization": 0.9,
     "flops_efficiency": 1.0,
     "bandwidth_efficiency": 1.0,
     "profile": None,
@@ -221,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU of the roofline (" + ", ".join(_gpu_names()) + ")")
     g.add_argument("--tp", type=str, metavar="GPUS", default=S,
                    help=f"tensor-parallel degree of a replica, GPUs (default {d['tp']})")
+    g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
+                   help="fraction of each GPU's memory the engine may use, in (0, 1], as "
+                        "vLLM's flag: weights, a 3.05 GiB runtime reserve per GPU and the KV "
+                        "cache share it; sets the replica's KV capacity (default "
+                        f"{d['gpu_memory_utilization']:g})")
     g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
                    help="roofline: achievable fraction of peak FLOP/s, in (0, 1] (default "
                         f"{d['flops_efficiency']:g}: pure roofline; the step-time chapter "
@@ -452,6 +458,7 @@ class Settings:
     scheduler: str | None
     progress: bool
     cost: str
+    memory: str = ""
 
 
 def settings(options: dict) -> Settings:
@@ -505,6 +512,7 @@ def settings(options: dict) -> Settings:
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
         raise InputError(f"--mode {mode}: {exc}") from None
+    replica, memory_text = _memory(o, given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
@@ -535,9 +543,53 @@ def settings(options: dict) -> Settings:
                    budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   cost=cost_text)
+                   cost=cost_text, memory=memory_text)
     _feasible(out)
     return out
+
+
+def _mean_context(workload) -> float:
+    """Mean KV context of a decoding sequence, tokens: its prompt plus half its output
+    (the context grows by one token per step from the prompt to prompt + output)."""
+    if isinstance(workload, PoissonWorkload):
+        return workload.prompt.mean + workload.output.mean / 2
+    return float(workload["prompt_tokens"].mean() + workload["output_tokens"].mean() / 2)
+
+
+def _memory(o: dict, given: dict, replica, workload):
+    """(replica with its KV capacity, report line) from --model-config/--gpu/--tp and
+    --gpu-memory-utilization (:func:`servingcap.memory.memory_plan`); unchanged without
+    a model and GPU. Refuses weights that do not fit; warns when the slots do not."""
+    import dataclasses
+
+    from .memory import GIB, memory_plan
+
+    if "model_config" not in given or "gpu" not in given:
+        if "gpu_memory_utilization" in given:
+            raise _bad("gpu_memory_utilization", given["gpu_memory_utilization"],
+                       "applies only with --model-config and --gpu")
+        return replica, ""
+    util = _number("gpu_memory_utilization", o["gpu_memory_utilization"], upper=1.0)
+    try:
+        memory = memory_plan(o["model_config"], o["gpu"], tp=_whole("tp", o["tp"]),
+                             gpu_memory_utilization=util)
+    except ValueError as exc:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: {exc}") from None
+    context = _mean_context(workload)
+    fits = memory.max_batch(context)
+    if fits < 1:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: the KV cache "
+                         f"holds {memory.kv_capacity_tokens:,} tokens, less than one "
+                         f"sequence at the workload's mean context of {context:,.0f} tokens")
+    text = memory.describe()
+    if fits < replica.max_batch:
+        need = replica.max_batch * context * memory.kv_bytes_per_token / GIB
+        text += (f"\nWARNING: --max-batch {replica.max_batch} slots at the workload's mean "
+                 f"context of {context:,.0f} tokens (prompt + half the output) need "
+                 f"{need:.1f} GiB of KV cache, more than the {memory.kv_bytes / GIB:.1f} GiB "
+                 f"left: at most {fits} run at once; the simulation holds the KV capacity, "
+                 "so batches stop growing there (lower --max-batch or raise --tp)")
+    return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
 
 
 def _cost_model(o: dict, given: dict):
@@ -741,6 +793,7 @@ def render(s: Settings, result) -> str:
         + (f" of at most {r.max_batched_tokens} tokens" if r.max_batched_tokens else "")
         + f"; router {s.router}, policy {s.policy}",
         f"Cost model: {s.cost}",
+        *([f"Memory: {s.memory}"] if s.memory else []),
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
