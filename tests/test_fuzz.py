@@ -30,6 +30,7 @@ import importlib
 import json
 import math
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -155,6 +156,9 @@ CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
 DS_COST = profiles.distserve_profile()
 PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
 VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+CALIBRATION = calibrate.calibrate(VLLM_RESULT, max_batch=4)
+COST_PATH = calibrate.save_cost(CALIBRATION, Path(tempfile.mkdtemp()) / "cost.json")
+COST_FILE = calibrate.load_cost(COST_PATH)
 LENGTHS = planning.Lengths("exponential", {"mean": 100.0})
 WORKLOAD = planning.PoissonWorkload(500, 50)
 TINY = dict(confidence=0.9, budget=2, holds=2.0, min_requests=100, executor=None)
@@ -618,6 +622,11 @@ ENTRIES = [
       tolerance_s=0.002, max_batch=4),
     E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
       requests=REQUESTS, replica=REPLICA, request_rate=2.0),
+    E("calibrate.save_cost", calibrate.save_cost, calibration=CALIBRATION,
+      path=str(COST_PATH.with_name("written.json"))),
+    E("calibrate.load_cost", calibrate.load_cost, path=str(COST_PATH)),
+    E("calibrate.CostFile.replica", lambda max_batch, mode: COST_FILE.replica(
+        max_batch=max_batch, mode=mode), max_batch=8, mode="combined"),
     # disagg
     E("disagg.kv_bytes_per_token", disagg.kv_bytes_per_token, layers=32, kv_heads=8,
       head_dim=128, bytes_per_value=2.0),
@@ -848,7 +857,7 @@ NOT_ENTRY_POINTS = {
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
-    "calibrate.Calibration", "memory.MemoryPlan",
+    "calibrate.Calibration", "calibrate.CostFile", "memory.MemoryPlan",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
 }

@@ -10,6 +10,7 @@ fleet can meet, exit with status 2 and a one-line message naming the option.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tomllib
@@ -48,6 +49,7 @@ DEFAULTS = {
     "flops_efficiency": 1.0,
     "bandwidth_efficiency": 1.0,
     "profile": None,
+    "cost": None,
     "ttft_p99_ms": 1000.0,
     "tpot_p99_ms": 50.0,
     "target": 0.99,
@@ -238,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DistServe's published A100-80GB step-time fit: MODEL[:ENGINE] with "
                         "MODEL opt-13b or opt-66b and ENGINE distserve (default) or vllm, or "
                         "FILE.json:MODEL for your own fit in the same layout; uses --tp")
+    g.add_argument("--cost", type=str, metavar="FILE", default=S,
+                   help="a cost file written by `calibrate --output FILE`: the step time "
+                        "fitted to your benchmark, and its engine knobs (--max-batch, --mode, "
+                        "--max-batched-tokens, --chunk-tokens) unless given here; with "
+                        "--model-config/--gpu those size the memory only")
     g = p.add_argument_group("service-level objective")
     g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
                    help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
@@ -494,6 +501,7 @@ def settings(options: dict) -> Settings:
                        "hold times per replication, up to --budget replications")
         workload = PoissonWorkload(prompt, output)
         text = str(workload)
+    calibrated = _cost_file(o, given)
     chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
     max_batch = _whole("max_batch", o["max_batch"])
     if max_batch > MAX_BATCH:
@@ -512,6 +520,9 @@ def settings(options: dict) -> Settings:
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
         raise InputError(f"--mode {mode}: {exc}") from None
+    if calibrated is not None and "kv_capacity_tokens" in calibrated.replica_options:
+        replica = dataclasses.replace(
+            replica, kv_capacity_tokens=calibrated.replica_options["kv_capacity_tokens"])
     replica, memory_text = _memory(o, given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
@@ -560,8 +571,6 @@ def _memory(o: dict, given: dict, replica, workload):
     """(replica with its KV capacity, report line) from --model-config/--gpu/--tp and
     --gpu-memory-utilization (:func:`servingcap.memory.memory_plan`); unchanged without
     a model and GPU. Refuses weights that do not fit; warns when the slots do not."""
-    import dataclasses
-
     from .memory import GIB, memory_plan
 
     if "model_config" not in given or "gpu" not in given:
@@ -592,8 +601,44 @@ def _memory(o: dict, given: dict, replica, workload):
     return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
 
 
+def _cost_file(o: dict, given: dict):
+    """The --cost file (:func:`servingcap.calibrate.load_cost`), its knobs copied into
+    ``o`` where the command line and config did not set them; None without --cost."""
+    if "cost" not in given:
+        return None
+    from .calibrate import load_cost
+
+    try:
+        calibrated = load_cost(o["cost"])
+    except ValueError as exc:
+        raise InputError(f"--cost: {exc}") from None
+    for name, value in calibrated.replica_options.items():
+        if name in DEFAULTS and name not in given:
+            o[name] = value
+    return calibrated
+
+
 def _cost_model(o: dict, given: dict):
     """(step_time, decode, text): the replica's cost model from the options, and its source."""
+    if "cost" in given:
+        others = [n for n in ("prefill_rate", "decode_step_ms", "decode_table", "profile",
+                              "flops_efficiency", "bandwidth_efficiency") if n in given]
+        if others:
+            raise InputError(f"--cost and {_option(others[0])} are alternatives (the cost "
+                             f"file is the step time); give one, got {given['cost']!r} and "
+                             f"{given[others[0]]!r}")
+        hardware = [n for n in ("model_config", "gpu") if n in given]
+        if len(hardware) == 1:
+            missing = "gpu" if hardware == ["model_config"] else "model_config"
+            raise _bad(missing, None, "is needed with --cost to size the memory (give both "
+                       "--model-config and --gpu, or neither)")
+        if "tp" in given and not hardware:
+            raise _bad("tp", given["tp"], "applies with --cost only to the memory of "
+                       "--model-config/--gpu")
+        from .calibrate import load_cost
+
+        calibrated = load_cost(o["cost"])          # already checked by _cost_file
+        return calibrated.cost, None, calibrated.describe()
     hardware = [n for n in ("model_config", "gpu", "profile") if n in given]
     if hardware:
         simple = [n for n in ("prefill_rate", "decode_step_ms", "decode_table") if n in given]
