@@ -276,8 +276,15 @@ def _limits(limits) -> dict:
     for column, limit in limits.items():
         if not isinstance(column, str):
             raise ValueError(f"limits keys must be column names (str), got {column!r}")
+        if limit is not True and column not in _LIMIT_COLUMNS:
+            raise ValueError(f"limits key {column!r} is not a latency column of the "
+                             f"simulation; allowed: {', '.join(_LIMIT_COLUMNS)}")
         clean[column] = True if limit is True else _check.positive(f"limits[{column!r}]", limit)
     return clean
+
+
+_LIMIT_COLUMNS = ("ttft_s", "tpot_s", "max_gap_s", "e2e_s")
+"""Latency columns of :func:`servingcap.serving.simulate` a ``limits`` entry may bound (s)."""
 
 
 def _seed(seed) -> int:
@@ -617,6 +624,9 @@ def _interval(values, confidence) -> stats.Estimate:
     if not np.isfinite(finite).all():
         v = float(np.mean(finite))
         return stats.Estimate(v, v, v, confidence, finite.size, "not finite")
+    if finite.size < 2:        # an interval needs two independent replications: NaN ends
+        return stats.Estimate(float(finite.mean()), math.nan, math.nan, confidence,
+                              finite.size, "one replication: no interval (needs 2 or more)")
     return stats.mean_ci(finite, confidence)
 
 
@@ -749,7 +759,11 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     -------
     dict
         The :data:`CURVE_COLUMNS`: estimates with interval ends, replications, run
-        length after warm-up, and the verdict.
+        length after warm-up, and the verdict. With one replication (``budget=1``, or a
+        trace holding one block) there is no goodput interval: ``goodput_low`` and
+        ``goodput_high`` are NaN (a second independent replication is what is missing);
+        the attainment interval comes from batch means within the run, or is its whole
+        range [0, 1] (verdict ``"undecided"``) when the run is too short for them.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor)
     s = _setup(requests, replica, router, policy, limits, target, design)
