@@ -610,6 +610,7 @@ ENTRIES = [
     E("parallel.default_workers", parallel.default_workers),
     E("parallel.max_workers", parallel.max_workers),
     E("parallel.local_pool", parallel.local_pool, workers=1),
+    E("parallel.stop_pool", parallel.stop_pool),
     # calibrate
     E("calibrate.load_vllm_result", calibrate.load_vllm_result, allow_nan=True,
       allow_inf=True,

@@ -10,9 +10,12 @@ fleet can meet, exit with status 2 and a one-line message naming the option.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
+import signal
 import sys
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -940,6 +943,43 @@ def _executor(s: Settings):
     return parallel.local_pool(s.workers), lambda: None
 
 
+class _Stopped(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM arrived while ``plan`` ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """Within the block SIGINT and SIGTERM raise :class:`_Stopped`; on the way out of
+    it the shared pool's workers are terminated (:func:`servingcap.parallel.stop_pool`),
+    so no worker keeps simulating for a plan nobody waits for."""
+    from . import parallel
+
+    def stop(signum, frame):
+        raise _Stopped(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    saved = {}
+    if main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        parallel.stop_pool()
+        raise _Stopped(signal.SIGINT) from None
+    except BaseException:
+        parallel.stop_pool()
+        raise
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 def main(argv=None) -> int:
     from .planning import plan
 
@@ -957,11 +997,18 @@ def main(argv=None) -> int:
         return 2
     bar = _Progress(s.progress)
     try:
-        result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
-                      limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
-                      seed=s.seed, rtol=s.rtol, confidence=s.confidence, budget=s.budget,
-                      holds=s.holds, max_replicas=s.max_replicas, executor=executor,
-                      progress=bar)
+        with _stopped_by_signals():
+            result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
+                          limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
+                          seed=s.seed, rtol=s.rtol, confidence=s.confidence,
+                          budget=s.budget, holds=s.holds, max_replicas=s.max_replicas,
+                          executor=executor, progress=bar)
+    except _Stopped as stop:
+        bar.close()
+        close()
+        print(f"{PROG} plan: stopped by {stop.name}; its pool workers were stopped too",
+              file=sys.stderr)
+        return 128 + stop.signum
     except ValueError as exc:
         bar.close()
         close()
