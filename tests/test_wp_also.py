@@ -50,3 +50,13 @@ def test_one_garbage_line_in_a_trace_csv_is_a_one_line_error(tmp_path, capsys, l
     assert main(["plan", "--trace", str(path), "--no-progress", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and what in err
+
+
+def test_make_test_runs_lint_first():
+    from pathlib import Path
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text().splitlines()
+    rule = next(line for line in makefile if line.startswith("test:"))
+    assert rule.split(":", 1)[1].split()[0] == "lint"
+    lint = makefile[makefile.index(next(x for x in makefile if x.startswith("lint:"))) + 1]
+    assert "ruff check lib tests bench" in lint

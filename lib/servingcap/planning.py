@@ -76,9 +76,10 @@ confidence interval, except for the latencies: ``ttft_p99_s`` and ``tpot_p99_s``
 p99 of the kept requests of *all* replications pooled (the companion of the attainment,
 which pools them too, so a replication that fails shows in the p99 instead of being
 averaged away), and ``ttft_p99_low`` / ``ttft_p99_high`` the lowest and highest p99 of a
-single replication (the run-to-run range; the pooled p99 lies inside it). Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
-*finishing* (and meeting the limits) inside the kept arrival window, from one hold time
-after its start (the batches fill) to its last arrival, per second of it.
+single replication (the run-to-run range; the pooled p99 lies inside it). Rates
+(``throughput_rps``, ``goodput_rps``, ...) count requests *finishing* (and meeting the
+limits) inside the kept arrival window, from one hold time after its start (the batches
+fill) to its last arrival, per second of it.
 ``run_s`` and ``requests`` are the simulated seconds and requests per replication
 *after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
 :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
@@ -657,8 +658,8 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
                     "steady": short or _steady(run, s)})
     table = pd.DataFrame(per)
     kept = [min(c, r["arrival"].size - 2) for r, c in zip(runs, cuts, strict=True)]
-    pooled_ttft = _p99(np.concatenate([r["ttft"][c:] for r, c in zip(runs, kept)]))
-    pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept)]))
+    pooled_ttft = _p99(np.concatenate([r["ttft"][c:] for r, c in zip(runs, kept, strict=True)]))
+    pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept, strict=True)]))
     if len(runs) >= 2:
         attain = stats.mean_ci(table["attainment"], conf)
     else:
