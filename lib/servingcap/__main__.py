@@ -69,6 +69,7 @@ DEFAULTS = {
     "workers": None,
     "scheduler": None,
     "progress": True,
+    "output": None,
 }
 
 DISTRIBUTIONS = {
@@ -293,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", type=str, metavar="ADDRESS", default=S,
                    help="run replications on a Dask cluster, e.g. tcp://10.0.0.5:8786 "
                         "(replaces --workers; same answer)")
+    g.add_argument("--output", type=str, metavar="FILE.json|FILE.csv", default=S,
+                   help="also write the result: .json (Plan.to_dict() plus the settings) or "
+                        ".csv (one row per simulated point)")
     g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
                    default=S, help="no progress bar on stderr")
     return parser
@@ -469,6 +473,7 @@ class Settings:
     progress: bool
     cost: str
     memory: str = ""
+    output: str | None = None
 
 
 def settings(options: dict) -> Settings:
@@ -557,9 +562,42 @@ def settings(options: dict) -> Settings:
                    budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   cost=cost_text, memory=memory_text)
+                   cost=cost_text, memory=memory_text, output=_output(o["output"]))
     _feasible(out)
     return out
+
+
+def _output(path) -> str | None:
+    """--output: a writable .json or .csv path (checked before simulating)."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or Path(path).suffix.lower() not in (".json", ".csv"):
+        raise _bad("output", path, "must be a file name ending in .json or .csv")
+    if not Path(path).resolve().parent.is_dir():
+        raise _bad("output", path, "must be in an existing directory")
+    return path
+
+
+def write_output(s: Settings, result) -> None:
+    """Write ``result`` (a :class:`~servingcap.planning.Plan`) to ``s.output``: JSON
+    (``to_dict()`` plus the settings) or CSV (every simulated point, ``search`` =
+    fleet or capacity)."""
+    import json
+
+    import pandas as pd
+
+    path = Path(s.output)
+    if path.suffix.lower() == ".json":
+        data = {"settings": {"rate_rps": s.rate, "workload": s.workload, "cost": s.cost,
+                             "memory": s.memory or None, "limits_s": s.limits,
+                             "target": s.target, "router": s.router, "policy": s.policy,
+                             "max_batch": s.replica.max_batch, "mode": s.replica.mode},
+                **result.to_dict()}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return
+    fleet = result.fleet.evaluations.assign(search="fleet")
+    capacity = result.capacity.evaluations.assign(search="capacity")
+    pd.concat([fleet, capacity], ignore_index=True).to_csv(path, index=False)
 
 
 def _mean_context(workload) -> float:
@@ -1018,6 +1056,13 @@ def main(argv=None) -> int:
     bar.close()
     close()
     print(render(s, result))
+    if s.output is not None:
+        try:
+            write_output(s, result)
+        except OSError as exc:
+            print(f"{PROG} plan: error: --output {s.output!r} could not be written ({exc})",
+                  file=sys.stderr)
+            return 2
     return 0
 
 

@@ -1135,6 +1135,23 @@ def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
 # --------------------------------------------------------------------------- plan
 
 
+def _plain(value):
+    """JSON-ready copy: numpy scalars to Python, Series to dicts, NaN/inf to None."""
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
 @dataclass(frozen=True)
 class Plan:
     """A fleet plan: the closed-form guess, the simulator's answer, and its capacity."""
@@ -1176,6 +1193,28 @@ class Plan:
     def headroom(self) -> float:
         """Capacity over planned rate, minus one (0.10 = 10 % growth before it misses)."""
         return self.capacity.rate / self.rate - 1.0
+
+    def to_dict(self) -> dict:
+        """The plan as plain JSON-ready data (requests/s, seconds, replicas): the closed
+        form, the answer with its evaluation row, the row one below, the plan rate, and
+        every simulated point (``fleet_points``, ``capacity_points``; columns
+        :data:`CURVE_COLUMNS`, plus ``replicas``). NaN and infinities become None."""
+        sz = self.sizing
+        return _plain({
+            "rate_rps": self.rate, "hold_s": self.hold_s, "replicas": self.replicas,
+            "serving_replicas": self.fleet.replicas, "spares": self.spares,
+            "closed_form": {"offered_load": sz.offered_load, "slots": sz.slots,
+                            "replicas_for_slots": sz.replicas_for_slots,
+                            "replicas": sz.replicas, "beta": sz.beta},
+            "fluid_min_replicas": self.fleet.fluid_min,
+            "at_size": self.at_size, "below": self.below,
+            "plan_rate_rps": self.capacity.rate, "headroom": self.headroom,
+            "at_plan_rate": self.capacity.at_rate if self.capacity.rate > 0 else None,
+            "confidence": self.confidence, "budget": self.budget,
+            "simulations": self.simulations,
+            "fleet_points": self.fleet.evaluations.to_dict("records"),
+            "capacity_points": self.capacity.evaluations.to_dict("records"),
+        })
 
     @property
     def simulations(self) -> int:
