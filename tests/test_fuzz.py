@@ -5,7 +5,7 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``, ``routers``; the engine ``serving`` and the command line ``__main__`` /
+``disagg``, ``planning``, ``routers``, ``memory``; the engine ``serving`` and the command line ``__main__`` /
 ``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
@@ -30,6 +30,7 @@ import importlib
 import json
 import math
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -60,6 +61,7 @@ from servingcap import (  # noqa: E402
     knee,
     kvcache,
     llm,
+    memory,
     oplaws,
     parallel,
     params,
@@ -87,7 +89,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning", "routers")
+                  "calibrate", "disagg", "planning", "routers", "memory")
 DEADLINE_S = 1.0
 NAN, INF = math.nan, math.inf
 
@@ -150,11 +152,15 @@ MM1 = queues.MM1(0.5, 1.0)
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
 VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
+MEMORY = memory.memory_plan("Llama-3.1-8B", "H100-SXM")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
 PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
 VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+CALIBRATION = calibrate.calibrate(VLLM_RESULT, max_batch=4)
+COST_PATH = calibrate.save_cost(CALIBRATION, Path(tempfile.mkdtemp()) / "cost.json")
+COST_FILE = calibrate.load_cost(COST_PATH)
 LENGTHS = planning.Lengths("exponential", {"mean": 100.0})
 WORKLOAD = planning.PoissonWorkload(500, 50)
 TINY = dict(confidence=0.9, budget=2, holds=2.0, min_requests=100, executor=None)
@@ -599,6 +605,13 @@ ENTRIES = [
     E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:
       ROOF.largest_chunk(budget_s, batch, context_tokens, cached_tokens), budget_s=0.05,
       batch=32, context_tokens=2300.0, cached_tokens=0),
+    # memory
+    E("memory.memory_plan", memory.memory_plan, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
+      gpu_memory_utilization=0.9, fp8=False, reserve_gib=3.0, block_tokens=16),
+    E("memory.MemoryPlan.max_batch", lambda mean_context_tokens: MEMORY.max_batch(
+        mean_context_tokens), mean_context_tokens=2000.0),
+    E("memory.MemoryPlan.check_batch", lambda slots, mean_context_tokens: MEMORY.check_batch(
+        slots, mean_context_tokens), slots=8, mean_context_tokens=2000.0),
     # profiles
     E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
       engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
@@ -638,6 +651,7 @@ ENTRIES = [
     E("parallel.default_workers", parallel.default_workers),
     E("parallel.max_workers", parallel.max_workers),
     E("parallel.local_pool", parallel.local_pool, workers=1),
+    E("parallel.stop_pool", parallel.stop_pool),
     # calibrate
     E("calibrate.load_vllm_result", calibrate.load_vllm_result, allow_nan=True,
       allow_inf=True,
@@ -650,6 +664,12 @@ ENTRIES = [
       tolerance_s=0.002, max_batch=4),
     E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
       requests=REQUESTS, replica=REPLICA, request_rate=2.0),
+    # the path is fixed: fuzzing it would write files named by the bad values
+    E("calibrate.save_cost", lambda calibration: calibrate.save_cost(
+        calibration, COST_PATH.with_name("written.json")), calibration=CALIBRATION),
+    E("calibrate.load_cost", calibrate.load_cost, path=str(COST_PATH)),
+    E("calibrate.CostFile.replica", lambda max_batch, mode: COST_FILE.replica(
+        max_batch=max_batch, mode=mode), max_batch=8, mode="combined"),
     # disagg
     E("disagg.kv_bytes_per_token", disagg.kv_bytes_per_token, layers=32, kv_heads=8,
       head_dim=128, bytes_per_value=2.0),
@@ -881,7 +901,7 @@ NOT_ENTRY_POINTS = {
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
     "profiles.VidurCost",        # built by profiles.vidur_cost
-    "calibrate.Calibration",
+    "calibrate.Calibration", "calibrate.CostFile", "memory.MemoryPlan",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
     "routers.Router",            # built by serving.simulate on its engines; fuzzed there

@@ -686,3 +686,11 @@ def test_a_decode_table_is_extended_past_its_last_point_and_held_below_its_first
     assert own.decode_time(1) == 0.020 and own.decode_time(64) == pytest.approx(0.050)
     flat_then_cheaper = Replica(decode_step_s={16: 0.030, 32: 0.020})
     assert flat_then_cheaper.decode_time(64) == 0.020    # a falling last segment is held
+
+
+@pytest.mark.parametrize("decode", [{"a": 1}, lambda b: "x", lambda b: None])
+def test_decode_step_s_that_is_not_seconds_is_named(decode):
+    # found by fuzzing: a table keyed by text, or a function returning text or None,
+    # used to fail with float()'s own message, which names no parameter
+    with pytest.raises(ValueError, match="decode_step_s"):
+        simulate(poisson_requests(2.0, 5, seed=0), Replica(decode_step_s=decode))

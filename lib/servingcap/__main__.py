@@ -10,8 +10,12 @@ fleet can meet, exit with status 2 and a one-line message naming the option.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import math
+import signal
 import sys
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +49,11 @@ DEFAULTS = {
     "model_config": None,
     "gpu": None,
     "tp": 1,
+    "gpu_memory_utilization": 0.9,
     "flops_efficiency": 1.0,
     "bandwidth_efficiency": 1.0,
     "profile": None,
+    "cost": None,
     "ttft_p99_ms": 1000.0,
     "tpot_p99_ms": 50.0,
     "target": 0.99,
@@ -65,6 +71,7 @@ DEFAULTS = {
     "workers": None,
     "scheduler": None,
     "progress": True,
+    "output": None,
 }
 
 DISTRIBUTIONS = {
@@ -234,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU of the roofline (" + ", ".join(_gpu_names()) + ")")
     g.add_argument("--tp", type=str, metavar="GPUS", default=S,
                    help=f"tensor-parallel degree of a replica, GPUs (default {d['tp']})")
+    g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
+                   help="fraction of each GPU's memory the engine may use, in (0, 1], as "
+                        "vLLM's flag: weights, a 3.05 GiB runtime reserve per GPU and the KV "
+                        "cache share it; sets the replica's KV capacity (default "
+                        f"{d['gpu_memory_utilization']:g})")
     g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
                    help="roofline: achievable fraction of peak FLOP/s, in (0, 1] (default "
                         f"{d['flops_efficiency']:g}: pure roofline; the step-time chapter "
@@ -245,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DistServe's published A100-80GB step-time fit: MODEL[:ENGINE] with "
                         "MODEL opt-13b or opt-66b and ENGINE distserve (default) or vllm, or "
                         "FILE.json:MODEL for your own fit in the same layout; uses --tp")
+    g.add_argument("--cost", type=str, metavar="FILE", default=S,
+                   help="a cost file written by `calibrate --output FILE`: the step time "
+                        "fitted to your benchmark, and its engine knobs (--max-batch, --mode, "
+                        "--max-batched-tokens, --chunk-tokens) unless given here; with "
+                        "--model-config/--gpu those size the memory only")
     g = p.add_argument_group("service-level objective")
     g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
                    help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
@@ -299,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", type=str, metavar="ADDRESS", default=S,
                    help="run replications on a Dask cluster, e.g. tcp://10.0.0.5:8786 "
                         "(replaces --workers; same answer)")
+    g.add_argument("--output", type=str, metavar="FILE.json|FILE.csv", default=S,
+                   help="also write the result: .json (Plan.to_dict() plus the settings) or "
+                        ".csv (one row per simulated point)")
     g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
                    default=S, help="no progress bar on stderr")
     return parser
@@ -475,6 +495,8 @@ class Settings:
     scheduler: str | None
     progress: bool
     cost: str
+    memory: str = ""
+    output: str | None = None
 
 
 def settings(options: dict) -> Settings:
@@ -510,6 +532,7 @@ def settings(options: dict) -> Settings:
                        "hold times per replication, up to --budget replications")
         workload = PoissonWorkload(prompt, output)
         text = str(workload)
+    calibrated = _cost_file(o, given)
     chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
     max_batch = _whole("max_batch", o["max_batch"])
     if max_batch > MAX_BATCH:
@@ -530,6 +553,10 @@ def settings(options: dict) -> Settings:
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
         raise InputError(f"--mode {mode}: {exc}") from None
+    if calibrated is not None and "kv_capacity_tokens" in calibrated.replica_options:
+        replica = dataclasses.replace(
+            replica, kv_capacity_tokens=calibrated.replica_options["kv_capacity_tokens"])
+    replica, memory_text = _memory(o, given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
@@ -568,13 +595,124 @@ def settings(options: dict) -> Settings:
                    delta=zone / 100.0, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   cost=cost_text)
+                   cost=cost_text, memory=memory_text, output=_output(o["output"]))
     _feasible(out)
     return out
 
 
+def _output(path) -> str | None:
+    """--output: a writable .json or .csv path (checked before simulating)."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or Path(path).suffix.lower() not in (".json", ".csv"):
+        raise _bad("output", path, "must be a file name ending in .json or .csv")
+    if not Path(path).resolve().parent.is_dir():
+        raise _bad("output", path, "must be in an existing directory")
+    return path
+
+
+def write_output(s: Settings, result) -> None:
+    """Write ``result`` (a :class:`~servingcap.planning.Plan`) to ``s.output``: JSON
+    (``to_dict()`` plus the settings) or CSV (every simulated point, ``search`` =
+    fleet or capacity)."""
+    import json
+
+    import pandas as pd
+
+    path = Path(s.output)
+    if path.suffix.lower() == ".json":
+        data = {"settings": {"rate_rps": s.rate, "workload": s.workload, "cost": s.cost,
+                             "memory": s.memory or None, "limits_s": s.limits,
+                             "target": s.target, "router": s.router, "policy": s.policy,
+                             "max_batch": s.replica.max_batch, "mode": s.replica.mode},
+                **result.to_dict()}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return
+    fleet = result.fleet.evaluations.assign(search="fleet")
+    capacity = result.capacity.evaluations.assign(search="capacity")
+    pd.concat([fleet, capacity], ignore_index=True).to_csv(path, index=False)
+
+
+def _mean_context(workload) -> float:
+    """Mean KV context of a decoding sequence, tokens: its prompt plus half its output
+    (the context grows by one token per step from the prompt to prompt + output)."""
+    if isinstance(workload, PoissonWorkload):
+        return workload.prompt.mean + workload.output.mean / 2
+    return float(workload["prompt_tokens"].mean() + workload["output_tokens"].mean() / 2)
+
+
+def _memory(o: dict, given: dict, replica, workload):
+    """(replica with its KV capacity, report line) from --model-config/--gpu/--tp and
+    --gpu-memory-utilization (:func:`servingcap.memory.memory_plan`); unchanged without
+    a model and GPU. Refuses weights that do not fit; warns when the slots do not."""
+    from .memory import GIB, memory_plan
+
+    if "model_config" not in given or "gpu" not in given:
+        if "gpu_memory_utilization" in given:
+            raise _bad("gpu_memory_utilization", given["gpu_memory_utilization"],
+                       "applies only with --model-config and --gpu")
+        return replica, ""
+    util = _number("gpu_memory_utilization", o["gpu_memory_utilization"], upper=1.0)
+    try:
+        memory = memory_plan(o["model_config"], o["gpu"], tp=_whole("tp", o["tp"]),
+                             gpu_memory_utilization=util)
+    except ValueError as exc:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: {exc}") from None
+    context = _mean_context(workload)
+    fits = memory.max_batch(context)
+    if fits < 1:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: the KV cache "
+                         f"holds {memory.kv_capacity_tokens:,} tokens, less than one "
+                         f"sequence at the workload's mean context of {context:,.0f} tokens")
+    text = memory.describe()
+    if fits < replica.max_batch:
+        need = replica.max_batch * context * memory.kv_bytes_per_token / GIB
+        text += (f"\nWARNING: --max-batch {replica.max_batch} slots at the workload's mean "
+                 f"context of {context:,.0f} tokens (prompt + half the output) need "
+                 f"{need:.1f} GiB of KV cache, more than the {memory.kv_bytes / GIB:.1f} GiB "
+                 f"left: at most {fits} run at once; the simulation holds the KV capacity, "
+                 "so batches stop growing there (lower --max-batch or raise --tp)")
+    return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
+
+
+def _cost_file(o: dict, given: dict):
+    """The --cost file (:func:`servingcap.calibrate.load_cost`), its knobs copied into
+    ``o`` where the command line and config did not set them; None without --cost."""
+    if "cost" not in given:
+        return None
+    from .calibrate import load_cost
+
+    try:
+        calibrated = load_cost(o["cost"])
+    except ValueError as exc:
+        raise InputError(f"--cost: {exc}") from None
+    for name, value in calibrated.replica_options.items():
+        if name in DEFAULTS and name not in given:
+            o[name] = value
+    return calibrated
+
+
 def _cost_model(o: dict, given: dict):
     """(step_time, decode, text): the replica's cost model from the options, and its source."""
+    if "cost" in given:
+        others = [n for n in ("prefill_rate", "decode_step_ms", "decode_table", "profile",
+                              "flops_efficiency", "bandwidth_efficiency") if n in given]
+        if others:
+            raise InputError(f"--cost and {_option(others[0])} are alternatives (the cost "
+                             f"file is the step time); give one, got {given['cost']!r} and "
+                             f"{given[others[0]]!r}")
+        hardware = [n for n in ("model_config", "gpu") if n in given]
+        if len(hardware) == 1:
+            missing = "gpu" if hardware == ["model_config"] else "model_config"
+            raise _bad(missing, None, "is needed with --cost to size the memory (give both "
+                       "--model-config and --gpu, or neither)")
+        if "tp" in given and not hardware:
+            raise _bad("tp", given["tp"], "applies with --cost only to the memory of "
+                       "--model-config/--gpu")
+        from .calibrate import load_cost
+
+        calibrated = load_cost(o["cost"])          # already checked by _cost_file
+        return calibrated.cost, None, calibrated.describe()
     hardware = [n for n in ("model_config", "gpu", "profile") if n in given]
     if hardware:
         simple = [n for n in ("prefill_rate", "decode_step_ms", "decode_table") if n in given]
@@ -794,6 +932,7 @@ def render(s: Settings, result) -> str:
         f"Replica: {r.max_batch} slots, {_steps_text(r)}; router {s.router}, "
         f"policy {s.policy}",
         f"Cost model: {s.cost}",
+        *([f"Memory: {s.memory}"] if s.memory else []),
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
@@ -934,6 +1073,43 @@ def _executor(s: Settings):
     return parallel.local_pool(s.workers), lambda: None
 
 
+class _Stopped(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM arrived while ``plan`` ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """Within the block SIGINT and SIGTERM raise :class:`_Stopped`; on the way out of
+    it the shared pool's workers are terminated (:func:`servingcap.parallel.stop_pool`),
+    so no worker keeps simulating for a plan nobody waits for."""
+    from . import parallel
+
+    def stop(signum, frame):
+        raise _Stopped(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    saved = {}
+    if main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        parallel.stop_pool()
+        raise _Stopped(signal.SIGINT) from None
+    except BaseException:
+        parallel.stop_pool()
+        raise
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 def main(argv=None) -> int:
     from .planning import plan
 
@@ -951,11 +1127,18 @@ def main(argv=None) -> int:
         return 2
     bar = _Progress(s.progress)
     try:
-        result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
-                      limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
-                      seed=s.seed, rtol=s.rtol, confidence=s.confidence, budget=s.budget,
-                      delta=s.delta, holds=s.holds, max_replicas=s.max_replicas, executor=executor,
-                      progress=bar)
+        with _stopped_by_signals():
+            result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
+                          limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
+                          seed=s.seed, rtol=s.rtol, confidence=s.confidence,
+                          budget=s.budget, delta=s.delta, holds=s.holds, max_replicas=s.max_replicas,
+                          executor=executor, progress=bar)
+    except _Stopped as stop:
+        bar.close()
+        close()
+        print(f"{PROG} plan: stopped by {stop.name}; its pool workers were stopped too",
+              file=sys.stderr)
+        return 128 + stop.signum
     except ValueError as exc:
         bar.close()
         close()
@@ -965,6 +1148,13 @@ def main(argv=None) -> int:
     bar.close()
     close()
     print(render(s, result))
+    if s.output is not None:
+        try:
+            write_output(s, result)
+        except OSError as exc:
+            print(f"{PROG} plan: error: --output {s.output!r} could not be written ({exc})",
+                  file=sys.stderr)
+            return 2
     return 0
 
 

@@ -297,8 +297,15 @@ def _limits(limits) -> dict:
     for column, limit in limits.items():
         if not isinstance(column, str):
             raise ValueError(f"limits keys must be column names (str), got {column!r}")
+        if limit is not True and column not in _LIMIT_COLUMNS:
+            raise ValueError(f"limits key {column!r} is not a latency column of the "
+                             f"simulation; allowed: {', '.join(_LIMIT_COLUMNS)}")
         clean[column] = True if limit is True else _check.positive(f"limits[{column!r}]", limit)
     return clean
+
+
+_LIMIT_COLUMNS = ("ttft_s", "tpot_s", "max_gap_s", "e2e_s")
+"""Latency columns of :func:`servingcap.serving.simulate` a ``limits`` entry may bound (s)."""
 
 
 def _seed(seed) -> int:
@@ -655,6 +662,9 @@ def _interval(values, confidence) -> stats.Estimate:
     if not np.isfinite(finite).all():
         v = float(np.mean(finite))
         return stats.Estimate(v, v, v, confidence, finite.size, "not finite")
+    if finite.size < 2:        # an interval needs two independent replications: NaN ends
+        return stats.Estimate(float(finite.mean()), math.nan, math.nan, confidence,
+                              finite.size, "one replication: no interval (needs 2 or more)")
     return stats.mean_ci(finite, confidence)
 
 
@@ -821,7 +831,11 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     -------
     dict
         The :data:`CURVE_COLUMNS`: estimates with interval ends, replications, run
-        length after warm-up, and the verdict.
+        length after warm-up, and the verdict. With one replication (``budget=1``, or a
+        trace holding one block) there is no goodput interval: ``goodput_low`` and
+        ``goodput_high`` are NaN (a second independent replication is what is missing);
+        the attainment interval comes from batch means within the run, or is its whole
+        range [0, 1] (verdict ``"undecided"``) when the run is too short for them.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
@@ -1305,6 +1319,23 @@ def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
 # --------------------------------------------------------------------------- plan
 
 
+def _plain(value):
+    """JSON-ready copy: numpy scalars to Python, Series to dicts, NaN/inf to None."""
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
 @dataclass(frozen=True)
 class Plan:
     """A fleet plan: the closed-form guess, the simulator's answer, and its capacity."""
@@ -1352,6 +1383,28 @@ class Plan:
     def headroom(self) -> float:
         """Capacity over planned rate, minus one (0.10 = 10 % growth before it misses)."""
         return self.capacity.rate / self.rate - 1.0
+
+    def to_dict(self) -> dict:
+        """The plan as plain JSON-ready data (requests/s, seconds, replicas): the closed
+        form, the answer with its evaluation row, the row one below, the plan rate, and
+        every simulated point (``fleet_points``, ``capacity_points``; columns
+        :data:`CURVE_COLUMNS`, plus ``replicas``). NaN and infinities become None."""
+        sz = self.sizing
+        return _plain({
+            "rate_rps": self.rate, "hold_s": self.hold_s, "replicas": self.replicas,
+            "serving_replicas": self.fleet.replicas, "spares": self.spares,
+            "closed_form": {"offered_load": sz.offered_load, "slots": sz.slots,
+                            "replicas_for_slots": sz.replicas_for_slots,
+                            "replicas": sz.replicas, "beta": sz.beta},
+            "fluid_min_replicas": self.fleet.fluid_min,
+            "at_size": self.at_size, "below": self.below,
+            "plan_rate_rps": self.capacity.rate, "headroom": self.headroom,
+            "at_plan_rate": self.capacity.at_rate if self.capacity.rate > 0 else None,
+            "confidence": self.confidence, "budget": self.budget,
+            "simulations": self.simulations,
+            "fleet_points": self.fleet.evaluations.to_dict("records"),
+            "capacity_points": self.capacity.evaluations.to_dict("records"),
+        })
 
     @property
     def simulations(self) -> int:

@@ -269,6 +269,8 @@ class MG1(_FromMeanWait):
         for name, value in (("arrival_rate", lam), ("mean_service", s), ("service_cv", cv)):
             object.__setattr__(self, name, value)
         _check.stable(lam * s, f"arrival_rate={lam:g}/s, mean_service={s:g} s")
+        _check.finite_result(self.mean_wait, f"the mean wait with arrival_rate={lam:g}/s, "
+                                             f"mean_service={s:g} s, service_cv={cv:g}")
 
     @classmethod
     def from_service_times(cls, arrival_rate: float, service_times) -> MG1:
@@ -289,7 +291,7 @@ class MG1(_FromMeanWait):
     @property
     def variance_penalty(self) -> float:
         """(1 + C_v^2) / 2: the factor by which the mean wait exceeds M/M/1's at equal rho."""
-        return (1 + self.service_cv**2) / 2
+        return (1 + self.service_cv * self.service_cv) / 2      # inf, not OverflowError
 
     @property
     def mean_wait(self) -> float:

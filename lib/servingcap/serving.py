@@ -472,11 +472,7 @@ def _weight_read(spec, decode: Callable[[int], float]) -> float:
     read; a table or function is extended to batch 0 along the line through its two
     smallest batches (clamped into (0, step at the smallest batch])."""
     if callable(spec) and not isinstance(spec, Mapping):
-        try:
-            (b0, t0), (b1, t1) = (1, float(decode(1))), (2, float(decode(2)))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"decode_step_s {_name(spec)} must return seconds for a batch "
-                             f"size; at batch 1 and 2 it gave an error: {err}") from None
+        (b0, t0), (b1, t1) = (1, decode(1)), (2, decode(2))   # decode names bad returns
     elif isinstance(spec, Mapping):
         batches = sorted(spec)
         if len(batches) == 1:
@@ -490,11 +486,22 @@ def _weight_read(spec, decode: Callable[[int], float]) -> float:
 
 def _decode_curve(spec) -> Callable[[int], float]:
     if callable(spec):
-        return lambda b: float(spec(b))
+        def seconds(b):
+            value = spec(b)
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"decode_step_s {_name(spec)} must return seconds (a number) "
+                                 f"for a batch size, got {value!r} at batch {b}") from None
+        return seconds
     if isinstance(spec, Mapping):
         if not spec:
             raise ValueError("decode_step_s table must not be empty, got {}")
-        batches = np.array(sorted(spec), dtype=float)
+        try:
+            batches = np.array(sorted(spec), dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError("decode_step_s table must map batch sizes (numbers) to seconds, "
+                             f"got keys {list(spec)!r}") from None
         seconds = np.array([_check.positive(f"decode_step_s[{b}]", spec[b]) for b in sorted(spec)])
         for b in batches:
             _check.positive("decode_step_s batch", b)

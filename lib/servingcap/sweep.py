@@ -227,7 +227,7 @@ def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
     Needs the default cost model of :class:`~servingcap.serving.Replica`. Rows of
     requests that never produced a first token get NaN.
     """
-    rate = _default_cost(replica)
+    _default_cost(replica)
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a DataFrame, got {type(requests).__name__}")
     _check.table("requests", requests,
