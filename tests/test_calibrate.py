@@ -21,7 +21,8 @@ def benchmark(seed, n=120, rate=1.5, jitter_s=0.0):
     req = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
                         "prompt_tokens": rng.integers(50, 4000, n),
                         "output_tokens": rng.integers(2, 200, n)})
-    data = cal.simulated_vllm_result(req, Replica(step_time=TRUE, max_batch=32), request_rate=rate)
+    data = cal.simulated_vllm_result(req, Replica(step_time=TRUE, max_batch=32, mode="combined"),
+                                     request_rate=rate)
     if jitter_s:
         for i, gaps in enumerate(data["itls"]):
             times = data["ttfts"][i] + np.concatenate([[0.0], np.cumsum(gaps)])

@@ -132,9 +132,11 @@ def test_the_synchronizing_router_is_caught_and_round_robin_is_steady():
     # A request-count router sends the next arrivals to the replicas that just emptied
     # together, and their SLO misses keep rising along the run; round robin does not.
     work = PoissonWorkload(LOCKED.prompt_tokens, LOCKED.output_tokens)
+    # (the seed's whole-prompt additive step, where a cohort's prompts share one step)
     kwargs = {"replicas": 21, "budget": 4, "executor": None}
-    sync = evaluate(work, Replica(), 30.0, router=SYNC_ROUTER, **kwargs)
-    steady = evaluate(work, Replica(), 30.0, router="round_robin", **kwargs)
+    seed = Replica(mode="combined", step_cost="additive")
+    sync = evaluate(work, seed, 30.0, router=SYNC_ROUTER, **kwargs)
+    steady = evaluate(work, seed, 30.0, router="round_robin", **kwargs)
     assert sync["verdict"] == "unstable"
     assert steady["verdict"] != "unstable"
     # the run spans 20 hold times (9.25 s at a full batch) at 30 req/s whatever the
@@ -208,7 +210,12 @@ def test_hold_time_and_fluid_rate_use_the_cost_model():
                           "output_tokens": LOCKED.output_tokens})
     assert hold_time(frame, Replica()) == pytest.approx(LOCKED.hold_s)       # 9.25 s
     per_request = LOCKED.prefill_s + (LOCKED.output_tokens - 1) * LOCKED.decode_step_s / 32
-    assert fluid_rate(frame, Replica(), replicas=3) == pytest.approx(3 / per_request)
+    seed = Replica(mode="combined", step_cost="additive")
+    assert fluid_rate(frame, seed, replicas=3) == pytest.approx(3 / per_request)   # 1.886 each
+    # the fused default: the prompt rides the decodes' weight reads, a lower bound on the
+    # work of max(w (N-1) / B, (P + N - 1) / R) + (N - 1) x 0.625 ms = 0.474 s (2.109 req/s)
+    fused = (2000 + 299) / 8000 + 299 * 0.000625
+    assert fluid_rate(frame, Replica(), replicas=3) == pytest.approx(3 / fused)
     work = PoissonWorkload(LOCKED.prompt_tokens, LOCKED.output_tokens)
     assert hold_time(work, Replica()) == pytest.approx(LOCKED.hold_s)
 

@@ -100,7 +100,7 @@ def test_fit_efficiency_recovers_the_factors_it_was_given():
 def test_drives_the_simulator():
     model = Roofline("Llama-3.1-8B", "H100-SXM", flops_efficiency=0.6, bandwidth_efficiency=0.7)
     reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [3]})
-    out = simulate(reqs, Replica(step_time=model)).iloc[0]
+    out = simulate(reqs, Replica(step_time=model, mode="combined")).iloc[0]   # whole prompt
     assert out.ttft_s == pytest.approx(model.prefill_s(2000))
     decode = model.decode_s(1, 2001) + model.decode_s(1, 2002)
     assert out.finish_s - out.first_token_s == pytest.approx(decode)

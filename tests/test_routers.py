@@ -38,7 +38,7 @@ def test_realistic_routers_never_read_output_lengths(router):
     # request finishes, so every routing decision is made on two fleet states that
     # differ only in the remaining output lengths of the running and queued requests.
     # A realistic router picks the same replica in both, every time.
-    spec = Replica(max_batch=6, chunk_tokens=512, kv_capacity_tokens=40_000,
+    spec = Replica(max_batch=6, max_batched_tokens=512 + 6, kv_capacity_tokens=40_000,
                    prefix_cache_blocks=64, prefix_block_tokens=256)
     a, b = fleet_requests(1), fleet_requests(2)
     assert (a.output_tokens != b.output_tokens).mean() > 0.9
@@ -51,7 +51,7 @@ def test_realistic_routers_never_read_output_lengths(router):
 
 def test_the_oracle_does_read_output_lengths():
     # the same two runs tell oracle_work apart: the test above has the power to see it
-    spec = Replica(max_batch=6, chunk_tokens=512)
+    spec = Replica(max_batch=6, max_batched_tokens=512 + 6)
     a = simulate(fleet_requests(1), spec, replicas=3, router="oracle_work")
     b = simulate(fleet_requests(2), spec, replicas=3, router="oracle_work")
     assert (a.replica.to_numpy() != b.replica.to_numpy()).any()
@@ -88,7 +88,8 @@ def test_the_heap_picks_what_a_full_scan_picks(monkeypatch, router):
         return target
 
     monkeypatch.setattr(Router, "pick", checked)
-    spec = Replica(max_batch=4, chunk_tokens=256, kv_capacity_tokens=4_000, timeout_s=3.0)
+    spec = Replica(max_batch=4, max_batched_tokens=256 + 4, kv_capacity_tokens=4_000,
+                   timeout_s=3.0)
     rng = np.random.default_rng(8)
     n = 400
     reqs = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 8.0, n)),
@@ -109,7 +110,7 @@ def test_least_loaded_is_refused_with_its_new_name():
 
 def test_router_options_are_checked_and_used():
     reqs = fleet_requests(1)
-    spec = Replica(max_batch=6, chunk_tokens=512, prefix_cache_blocks=64,
+    spec = Replica(max_batch=6, max_batched_tokens=512 + 6, prefix_cache_blocks=64,
                    prefix_block_tokens=256)
     with pytest.raises(ValueError, match="router_options for 'kv_cost' takes"):
         simulate(reqs, spec, replicas=3, router="kv_cost", router_options={"weight": 1})

@@ -383,7 +383,8 @@ def calibrate(source, *, tolerance_s: float | None = None, **replica_options) ->
     **replica_options
         Scheduler knobs of the engine measured, passed to
         :class:`~servingcap.serving.Replica` for the replay (e.g. ``max_batch`` =
-        vLLM's ``--max-num-seqs``, ``kv_capacity_tokens``).
+        vLLM's ``--max-num-seqs``, ``kv_capacity_tokens``; ``mode`` defaults to
+        ``"combined"``, the step the fitted form prices, not the Replica default).
 
     Returns a :class:`Calibration`: the cost model, how many steps and requests it was
     fitted on, and the replay's per-request TTFT and TPOT errors against the measured.
@@ -392,6 +393,9 @@ def calibrate(source, *, tolerance_s: float | None = None, **replica_options) ->
     requests, meta = loaded
     if "step_time" in replica_options:
         raise ValueError("calibrate fits step_time itself; do not pass step_time")
+    # a fitted PhaseCost adds a prefill part and a decode part, so the replay runs the
+    # engine's steps as combined ones unless the caller names the engine's mode
+    replica_options = {"mode": "combined", **replica_options}
     Replica(**replica_options)                      # fail fast on bad knobs
     cost, steps, used = fit_timeline(loaded, tolerance_s)
     out = simulate(requests[["arrival_s", "prompt_tokens", "output_tokens"]],
@@ -607,6 +611,10 @@ def main(argv=None) -> int:
         return fail(str(err))
     if args.mode is not None:
         options["mode"] = args.mode
+    if args.mode == "mixed" and options["max_batched_tokens"] is None:
+        # the simulator's own default budget (the book's) does not describe your engine
+        return fail("--mode 'mixed' needs --max-batched-tokens (the engine's "
+                    "--max-num-batched-tokens)")
     try:
         loaded = load_vllm_result(args.result)
         if not loaded[1]["exact_arrivals"] and not args.force:

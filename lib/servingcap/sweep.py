@@ -301,7 +301,13 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
     for k, group in steps.groupby("replica", sort=True):
         g = group.sort_values("start_s", kind="stable")
         start = _check.column(g, "start_s", "steps")
-        batches = _check.column(g, "decode_batch", "steps").astype(np.int64)
+        batches = _check.column(g, "decode_batch", "steps")
+        finite = np.where(np.isfinite(batches), batches, -1.0)
+        bad = (finite < 0) | (finite > 1e9) | (finite != np.round(finite))
+        if bad.any():
+            raise ValueError("steps['decode_batch'] must be whole numbers of sequences "
+                             f"(0 to 1e9), got {batches[bad][0]!r}")
+        batches = batches.astype(np.int64)
         extra = _check.column(g, "duration_s", "steps") - np.array(
             [replica.decode_time(int(b)) for b in batches])
         if replica.step_cost == "additive":       # the same seconds, without round-off
