@@ -1,6 +1,6 @@
 # Everything runs inside .venv, created from requirements.txt on first use.
 # `make book` builds the HTML book (every chapter executed, warnings are errors);
-# `make test` runs the unit tests and nbval over every chapter.
+# `make test` runs `make lint` (ruff), then the unit tests and nbval over every chapter.
 # `make test-browser` drives headless Chromium over every page of the built book.
 
 PYTHON ?= python3
@@ -68,13 +68,18 @@ book: $(STAMP) $(KERNEL_CONFIG)
 $(BOOK_INDEX): $(STAMP) $(KERNEL_CONFIG) $(BOOK_SOURCES)
 	$(build-book)
 
-test: test-unit test-notebooks
+# lint first: a ruff error fails `make test` before minutes of tests run
+test: lint test-unit test-notebooks
+
+# Both run on every core (pytest-xdist); --dist loadfile keeps each file, so each
+# notebook's cells, on one worker in order.
+JOBS ?= auto
 
 test-unit: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
 
 test-notebooks: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
 
 # Headless Debian Chromium (CI runs as root; Playwright never downloads a browser).
 chromium:

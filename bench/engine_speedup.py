@@ -1,13 +1,27 @@
-"""Benchmark: today's serving engine against the engine at commit 7d8bff9 (issue 14).
+"""Benchmark: today's serving engine in its three modes, and against the engine at
+commit 7d8bff9 (issues 14 and 19).
 
-In one run, interleaved (baseline, today, baseline, today, ...), best of ``--repeats``,
-each run in a fresh Python process so that its peak memory is its own:
+Each configuration runs on the baseline engine (which had only the combined mode) and
+on today's in each scheduling mode, interleaved (baseline, combined, mixed,
+prefill_first, baseline, ...), best of ``--repeats``, each run in a fresh Python
+process so that its peak memory is its own. A configuration's replica options are
+written for the combined mode; the other modes take the nearest schedule:
+
+* ``combined``: the options as written, with the additive step cost (the baseline's
+  schedule and cost: like for like);
+* ``mixed`` (today's default, with the default fused step cost): a ``chunk_tokens``
+  of C becomes a token budget of C + 32 (the chunk beside a full decode batch); whole
+  prompts become the default budget (``LOCKED.token_budget``, 240 tokens);
+* ``prefill_first`` (fused cost): whole prompts with no token cap (DistServe's
+  colocated baseline), so its rows with and without chunks are the same schedule.
+
+The workloads:
 
 * the full Azure conversation trace (19,366 requests) at its own arrival times on 4
   locked replicas, whole prompts and 256-token chunks. Like for like, today's
   ``least_requests`` router against 7d8bff9's ``least_loaded`` (the same request-count
-  router, renamed since); also today's ``least_loaded``, which counts work (not the
-  same schedule, so its ratio is not like for like);
+  router, renamed since); also today's ``oracle_work`` (named ``least_loaded`` in
+  between), which counts work (not the same schedule, so its ratio is not like for like);
 * the same trace rescaled to half the saturation rate of ONE locked replica (where a
   replay takes the most steps), whole prompts and 256-token chunks. Saturation is
   ``admission.colocated_drain_rate`` at the trace's mean prompt and output lengths;
@@ -23,8 +37,10 @@ memory is the worker process's maximum resident set size (``ru_maxrss``: the
 interpreter, numpy, pandas, the trace and the simulation). Each configuration also
 says whether the two engines' output rows are identical (a hash of the frame).
 
-Target (issue 14): >= 5x the baseline's speed on the full-trace, 4-replica runs, with
-peak memory within 2x of the baseline's. Exit status 0 when met, 1 otherwise.
+Targets: issue 14, today's combined engine >= 5x the baseline's speed on the full-trace,
+4-replica runs, with peak memory within 2x of the baseline's; issue 19, mixed mode with
+the fused cost at least as fast as the combined mode on every configuration. Exit
+status 0 when both are met, 1 otherwise.
 
 Not run by CI. Usage::
 
@@ -57,9 +73,9 @@ CONFIGS = {
                                               {"replicas": 4, "router": "least_requests"},
                                               "least_loaded", True),
     "azure 4 replicas, whole, work*": ("azure_conv", None, {}, {"replicas": 4,
-                                       "router": "least_loaded"}, "least_loaded", False),
+                                       "router": "oracle_work"}, "least_loaded", False),
     "azure 4 replicas, chunk 256, work*": ("azure_conv", None, {"chunk_tokens": 256},
-                                           {"replicas": 4, "router": "least_loaded"},
+                                           {"replicas": 4, "router": "oracle_work"},
                                            "least_loaded", False),
     "azure 1 replica at 50% load, whole": ("azure_conv", 0.5, {}, {}, "least_loaded", False),
     "azure 1 replica at 50% load, chunk 256": ("azure_conv", 0.5, {"chunk_tokens": 256}, {},
@@ -73,9 +89,26 @@ CONFIGS = {
 # --------------------------------------------------------------------------- one run
 
 
+MODES = ("combined", "mixed", "prefill_first")
+ENGINES = ("baseline",) + MODES
+
+
+def replica_options(which: str, options: dict) -> dict:
+    """The replica options of a configuration for engine ``which`` (see the docstring)."""
+    options = dict(options)
+    if which == "baseline":
+        return options
+    if which == "combined":
+        return {"mode": "combined", "step_cost": "additive", **options}
+    chunk = options.pop("chunk_tokens", None)
+    if which == "mixed" and chunk is not None:
+        options["max_batched_tokens"] = chunk + options.get("max_batch", 32)
+    return {"mode": which, **options}
+
+
 def load_engine(which: str, baseline_lib: str | None):
     """Today's ``servingcap.serving``, or the baseline's imported by path."""
-    if which == "today":
+    if which != "baseline":
         from servingcap import serving
         return serving
     init = Path(baseline_lib) / "servingcap" / "__init__.py"
@@ -107,11 +140,11 @@ def worker(which: str, name: str, baseline_lib: str | None) -> dict:
     import pandas as pd
     serving = load_engine(which, baseline_lib)
     trace = workload(name)
-    _, _, replica_options, options, base_router, _ = CONFIGS[name]
+    _, _, replica_opts, options, base_router, _ = CONFIGS[name]
     options = dict(options)
     if which == "baseline" and "router" in options:
         options["router"] = base_router
-    replica = serving.Replica(**replica_options)
+    replica = serving.Replica(**replica_options(which, replica_opts))
     wall, cpu = time.perf_counter(), time.process_time()
     out = serving.simulate(trace, replica, **options)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -158,7 +191,7 @@ def main() -> int:
         best: dict = {}
         for name in args.only:
             for _ in range(args.repeats):
-                for which in ("baseline", "today"):          # interleaved
+                for which in ENGINES:                        # interleaved
                     result = run(which, name, lib)
                     kept = best.setdefault((name, which), result)
                     if result["cpu_s"] < kept["cpu_s"]:
@@ -166,29 +199,40 @@ def main() -> int:
                                                                        kept["rss_mb"])}
                     else:
                         kept["rss_mb"] = max(kept["rss_mb"], result["rss_mb"])
-    print(f"engine at {BASELINE} vs today's, best of {args.repeats} interleaved, CPU s "
-          "of simulate(); peak RSS of the worker process")
-    print(f"{'configuration':42s} {'req/s in':>8s} {BASELINE + ' s':>10s} {'today s':>8s} "
-          f"{'ratio':>6s} {'MB base':>8s} {'MB today':>8s}  same rows")
-    met = True
+    print(f"CPU s of simulate(), best of {args.repeats} interleaved runs; the engine at "
+          f"{BASELINE} (combined) and today's in each mode; peak RSS of the worker process")
+    print(f"{'configuration':42s} {'req/s in':>8s} {BASELINE:>8s} {'combined':>8s} "
+          f"{'mixed':>8s} {'pf':>8s} {'speedup':>7s} {'mix/comb':>8s} {'MB base':>7s} "
+          f"{'MB comb':>7s}  same rows")
+    speed = mixed_ok = True
     for name in args.only:
-        base, today = best[(name, "baseline")], best[(name, "today")]
-        ratio = base["cpu_s"] / today["cpu_s"]
-        same = "yes" if base["rows"] == today["rows"] else "no"
-        print(f"{name:42s} {today['rate']:8.2f} {base['cpu_s']:10.2f} {today['cpu_s']:8.2f} "
-              f"{ratio:5.1f}x {base['rss_mb']:8.0f} {today['rss_mb']:8.0f}  {same}")
-        if not (today["accounted"] and today["requests"] == base["requests"]):
-            met = False
-            print(f"  {name}: some request is missing or has no outcome")
-        if today["rss_mb"] > MEMORY_RATIO * base["rss_mb"]:
-            met = False
+        base, *today = (best[(name, which)] for which in ENGINES)
+        combined, mixed, _ = today
+        ratio = base["cpu_s"] / combined["cpu_s"]
+        mixed_ratio = mixed["cpu_s"] / combined["cpu_s"]
+        same = "yes" if base["rows"] == combined["rows"] else "no"
+        print(f"{name:42s} {combined['rate']:8.2f} {base['cpu_s']:8.2f} "
+              + " ".join(f"{t['cpu_s']:8.2f}" for t in today)
+              + f" {ratio:6.1f}x {mixed_ratio:7.2f}x {base['rss_mb']:7.0f} "
+              f"{combined['rss_mb']:7.0f}  {same}")
+        for which, t in zip(MODES, today, strict=True):
+            if not (t["accounted"] and t["requests"] == base["requests"]):
+                speed = False
+                print(f"  {name}, {which}: some request is missing or has no outcome")
+        if combined["rss_mb"] > MEMORY_RATIO * base["rss_mb"]:
+            speed = False
         if CONFIGS[name][5] and ratio < TARGET_RATIO:
-            met = False
-    print("* today's least_loaded counts outstanding work, 7d8bff9's counted requests: "
-          "different schedules, the ratio is indicative only")
-    print(f"target: >= {TARGET_RATIO:.0f}x on the like-for-like 4-replica runs, peak memory "
-          f"<= {MEMORY_RATIO:.0f}x the baseline's: {'PASS' if met else 'FAIL'}")
-    return 0 if met else 1
+            speed = False
+        mixed_ok = mixed_ok and mixed["cpu_s"] <= combined["cpu_s"]
+    print("pf: prefill_first; speedup: baseline / today's combined; mix/comb: mixed (fused) "
+          "/ combined (additive) CPU time; same rows: baseline and today's combined agree")
+    print(f"* today's oracle_work counts outstanding work, {BASELINE}'s counted requests: "
+          "different schedules, the speedup is indicative only")
+    print(f"issue 14: >= {TARGET_RATIO:.0f}x on the like-for-like 4-replica runs, peak memory "
+          f"<= {MEMORY_RATIO:.0f}x the baseline's: {'PASS' if speed else 'FAIL'}")
+    print(f"issue 19: mixed (fused) at least as fast as combined on every configuration: "
+          f"{'PASS' if mixed_ok else 'FAIL'}")
+    return 0 if speed and mixed_ok else 1
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def main() -> int:
                         help="run the README example at each --budget and compare fleets")
     parser.add_argument("--goodput", type=float, nargs="*", default=None,
                         help="plan at each rate and check goodput >= 90 %% in a long run")
-    parser.add_argument("--router", default="least_loaded")
+    parser.add_argument("--router", default="jsq")
     parser.add_argument("--long-holds", type=float, default=60.0)
     parser.add_argument("--budget", type=int, default=16, help="plan budget (--goodput)")
     parser.add_argument("--holds", type=float, default=20.0, help="plan holds (--goodput)")

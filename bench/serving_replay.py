@@ -40,7 +40,7 @@ def main() -> int:
              "prefill_first, cap 8192": {"mode": "prefill_first", "max_batched_tokens": 8192},
              "mixed, budget 2048": {"mode": "mixed", "max_batched_tokens": 2048}}
     runs = [(name, spec, router, replicas) for name, spec in modes.items()
-            for router in ("least_loaded", "least_requests") for replicas in (2, 4)]
+            for router in ("oracle_work", "least_requests") for replicas in (2, 4)]
     for name, spec, router, replicas in runs:
         replica = serving.Replica(**spec)
         best_wall = best_cpu = float("inf")

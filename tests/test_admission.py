@@ -64,7 +64,9 @@ def test_the_head_wait_is_real_and_at_most_one_drain_interval():
     # intercept to a few tens of ms; this seed fits 0.26 s against 1 / mu = 0.55 s (the
     # chapter's fit at 32 slots: 0.40 s against 0.53 s), so both margins exceed 0.1 s
     mu, reqs = _overload(27, seed=3, load=1.2, run_s=600.0)
-    out = simulate(reqs, Replica(max_batch=27, decode_step_s=LOCKED.decode_step_table))
+    # the seed's additive combined step, the model the drain-rate formula is derived on
+    out = simulate(reqs, Replica(max_batch=27, decode_step_s=LOCKED.decode_step_table,
+                                 mode="combined", step_cost="additive"))
     k = queue_positions(out)
     wait = (out.admitted_s - out.arrival_s).to_numpy()
     slope, intercept = np.polyfit(k[k >= 1], wait[k >= 1], 1)
@@ -113,7 +115,8 @@ def test_colocated_drain_rate_matches_the_simulator_at_saturation():
              (27, LOCKED.decode_step_table, LOCKED.decode_step_at(27)),
              (32, LOCKED.decode_step_table, LOCKED.decode_step_at(32))]
     for batch, steps, step_at_batch in cases:
-        out = simulate(reqs, Replica(max_batch=batch, decode_step_s=steps))
+        out = simulate(reqs, Replica(max_batch=batch, decode_step_s=steps, mode="combined",
+                                     step_cost="additive"))
         finish = np.sort(out.finish_s.to_numpy())
         mid = finish[(finish > 100) & (finish < 500)]
         measured = (mid.size - 1) / (mid[-1] - mid[0])

@@ -53,7 +53,7 @@ def test_fit_with_noise_predicts_within_the_noise():
 
 def test_phase_cost_drives_the_simulator():
     reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [3]})
-    out = simulate(reqs, Replica(step_time=TRUE)).iloc[0]
+    out = simulate(reqs, Replica(step_time=TRUE, mode="combined")).iloc[0]   # whole prompt
     assert out.ttft_s == pytest.approx(TRUE.prefill_s([2000]))
     # two decode steps, at context 2001 and 2002 tokens
     assert out.finish_s - out.first_token_s == pytest.approx(TRUE.decode_s([2001]) + TRUE.decode_s([2002]))

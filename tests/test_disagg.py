@@ -75,7 +75,10 @@ def test_free_transfer_and_ample_capacity_gives_ttft_equal_to_prefill_time():
     prompts = [1, 500, 2000, 4000, 14_000]
     reqs = spaced(prompts, [300] * len(prompts))
     out = simulate_disaggregated(reqs, prefill_replicas=3, decode_replicas=3)
-    assert np.allclose(out.ttft_s, np.array(prompts) / LOCKED.prefill_rate, rtol=0, atol=1e-12)
+    # the prefill pool runs whole prompts, one fused pass each: at least one weight read
+    # (10 ms), else prompt / prefill rate
+    whole = np.maximum(LOCKED.weight_read_s, np.array(prompts) / LOCKED.prefill_rate)
+    assert np.allclose(out.ttft_s, whole, rtol=0, atol=1e-12)
     assert np.allclose(out.transfer_s, 0.0)
     # every decode-pool step is a plain decode step of a batch of one
     assert np.allclose(out.tpot_s, LOCKED.decode_step_at(1), atol=1e-12)
@@ -107,8 +110,10 @@ def test_a_long_prompt_never_stalls_the_decode_pool():
     decoders = pd.DataFrame({"arrival_s": np.zeros(32), "prompt_tokens": 100, "output_tokens": 300})
     long = pd.DataFrame({"arrival_s": [1.0], "prompt_tokens": [4000], "output_tokens": [300]})
     reqs = pd.concat([decoders, long], ignore_index=True)
-    colocated = simulate(reqs, Replica(max_batch=33))
-    assert colocated.iloc[:32].max_gap_s.max() == pytest.approx(0.530, abs=1e-9)
+    seed = simulate(reqs, Replica(max_batch=33, mode="combined", step_cost="additive"))
+    assert seed.iloc[:32].max_gap_s.max() == pytest.approx(0.530, abs=1e-9)
+    fused = simulate(reqs, Replica(max_batch=33))          # chunked mixed steps stay at 50 ms
+    assert fused.iloc[:32].max_gap_s.max() == pytest.approx(0.050, abs=1e-9)
     split = simulate_disaggregated(reqs, decode_replica=Replica(max_batch=33))
     alone = simulate_disaggregated(decoders, decode_replica=Replica(max_batch=33))
     # the decoders' gaps (at most a boundary wait plus one step) do not see the long
@@ -121,7 +126,7 @@ def test_a_long_prompt_never_stalls_the_decode_pool():
 
 def test_decode_pool_counts_newcomers_in_the_batch():
     table = {1: 0.010, 33: 0.040}
-    pool = decode_pool_replica(Replica(decode_step_s=table, chunk_tokens=160))
+    pool = decode_pool_replica(Replica(decode_step_s=table, chunk_tokens=160, mode="combined"))
     assert pool.chunk_tokens is None
     detail = StepDetail(prefill_chunks=np.array([4000]), prefill_cached=np.array([0]),
                         decode_context=np.full(32, 150))

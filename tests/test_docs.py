@@ -19,7 +19,7 @@ def _locked_table():
 
 def test_intro_parameter_table_matches_locked():
     rows = _locked_table()
-    assert len(rows) == 8
+    assert len(rows) == 11
     curve = rows["decode curve (step time by batch)"][0]
     points = re.findall(r"([\d.]+) ms at (\d+)", curve)
     assert {int(b): float(ms) / 1000 for ms, b in points} == dict(LOCKED.decode_curve)
@@ -31,6 +31,9 @@ def test_intro_parameter_table_matches_locked():
         "output length": LOCKED.output_tokens,
         "TTFT objective (p99)": LOCKED.ttft_slo_s * 1000,
         "TPOT objective (p99)": LOCKED.tpot_slo_s * 1000,
+        "weight read per step (derived)": round(LOCKED.weight_read_s * 1000, 9),
+        "compute ridge (derived)": round(LOCKED.ridge_tokens, 9),
+        "token budget per step (derived from the TPOT objective)": LOCKED.token_budget,
     }
     for name, expected in as_number.items():
         value, fields = rows[name]

@@ -5,6 +5,8 @@ for every configuration; each case runs both and compares the whole output frame
 exactly (``check_exact=True``: the same floats, not merely close ones).
 """
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,7 +15,7 @@ from servingcap._fast_engine import usable
 from servingcap.serving import Replica, detailed, simulate
 
 
-def requests(n=600, rate=5.0, seed=7, prompt=(200, 3000), outputs=(1, 400)):
+def requests(n=300, rate=5.0, seed=7, prompt=(200, 3000), outputs=(1, 400)):
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1 / rate, n))
     arrival[10:14] = arrival[10]                        # simultaneous arrivals
@@ -89,17 +91,46 @@ CASES = {
                                              "step_time": detailed_cost, "preemptive": True},
                                             {"policy": "srpt"}),
 }
-ROUTERS = ["least_loaded", "least_requests", "power_of_two", "affinity", "random",
-           "round_robin", "pooled"]
+MODES = ("combined", "mixed", "prefill_first")
+# every case in every mode behind two routers (the reference runs are the slow part:
+# this keeps the file near a CPU-minute): in turn a shared queue or the router that
+# reads the engine's outstanding work (work_at, cut by arrivals), and one of the others,
+# also in turn, so that every router meets every mode on four or more cases
+ROUTERS = ["oracle_work", "pooled"]
+OTHER_ROUTERS = ["round_robin", "least_requests", "power_of_two", "affinity", "random",
+                 "jsq", "endpoint_picker", "cache_aware", "kv_cost"]
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("router", ROUTERS)
-def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, router):
+def in_mode(spec: dict, mode: str) -> dict:
+    """A CASES spec in ``mode``: combined keeps it (with the additive cost the cases
+    were written for); mixed turns ``chunk_tokens`` into a token budget of that chunk
+    beside a full batch, and uses the default fused cost; prefill_first caps a step at
+    3,000 prompt tokens where the case chunks (the longest prompt: most steps hold one
+    or two prompts) and at 4,096 otherwise (vLLM V0's smallest usual cap)."""
+    spec = dict(spec)
+    if mode == "combined":
+        return {"mode": "combined", "step_cost": "additive", **spec}
+    chunk = spec.pop("chunk_tokens", None)
+    if mode == "prefill_first":
+        return {"mode": "prefill_first", "max_batched_tokens": 4096 if chunk is None else 3000,
+                **spec}
+    if chunk is not None:
+        spec["max_batched_tokens"] = chunk + spec.get("max_batch", 32)
+    return spec
+
+
+def _cases_modes_and_routers():
+    return [(case, mode, router)
+            for k, case in enumerate(CASES) for m, mode in enumerate(MODES)
+            for router in (ROUTERS[(k + m) % 2], OTHER_ROUTERS[(k + m) % len(OTHER_ROUTERS)])]
+
+
+@pytest.mark.parametrize("case, mode, router", _cases_modes_and_routers())
+def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, mode, router):
     spec, options = CASES[case]
-    replica = Replica(**spec)
+    replica = Replica(**in_mode(spec, mode))
     assert usable(replica, step_log=False, horizon=np.inf)
-    # rate 5/s on 3 replicas of 8 slots loads them enough to queue, time out and shed
+    # rate 5/s on 3 replicas loads them enough to queue, preempt, time out and shed
     fast, reference = fast_and_reference(monkeypatch, requests(), replica, replicas=3,
                                          router=router, seed=11, **options)
     pd.testing.assert_frame_equal(fast, reference, check_exact=True)
@@ -107,8 +138,12 @@ def test_fast_path_rows_equal_the_reference_exactly(monkeypatch, case, router):
 
 def test_one_replica_near_saturation_equal_the_reference_exactly(monkeypatch):
     # long decode runs cut by arrivals and long chunk runs on one replica
-    frame = requests(n=800, rate=1.2, seed=3)
-    for spec in ({}, {"chunk_tokens": 128}):
+    frame = requests(n=400, rate=1.2, seed=3)
+    for spec in (in_mode({}, "combined"), in_mode({"chunk_tokens": 128}, "combined"),
+                 {"mode": "combined", "chunk_tokens": 128},        # combined, fused cost
+                 {}, {"max_batched_tokens": 64},                   # mixed, fused cost
+                 {"mode": "prefill_first", "max_batched_tokens": 4096},
+                 {"mode": "prefill_first", "max_batched_tokens": 3000}):
         fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec))
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
@@ -122,43 +157,48 @@ def test_memory_cases_do_preempt_and_time_out(monkeypatch):
                            ("kv, timeouts, deadline shedding", True),
                            ("preemptive priority, timeouts", True)]:
         spec, options = CASES[case]
-        out = simulate(requests(), Replica(**spec), replicas=3, seed=11, **options)
-        assert out.preemptions.sum() > 0, case
-        assert (out.outcome == "timed_out").any() == timeouts, case
+        for mode in MODES:
+            out = simulate(requests(), Replica(**in_mode(spec, mode)), replicas=3, seed=11,
+                           **options)
+            assert out.preemptions.sum() > 0, (case, mode)
+            assert (out.outcome == "timed_out").any() == timeouts, (case, mode)
 
 
 def test_one_replica_memory_bound_equal_the_reference_exactly(monkeypatch):
     # long chunk and decode runs with the head of the queue waiting for memory, and
     # preemption by memory and by policy on one replica
     frame = requests(n=500, rate=0.8, seed=5)
-    for spec, options in [({"kv_capacity_tokens": 9_000, "chunk_tokens": 128}, {}),
-                          ({"kv_capacity_tokens": 9_000, "chunk_tokens": 256,
-                            "preemptive": True}, {"policy": "srpt"}),
-                          ({"kv_capacity_tokens": 12_000, "kv_block_tokens": 32}, {})]:
-        fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec), **options)
+    for (spec, options), mode in itertools.product(
+            [({"kv_capacity_tokens": 9_000, "chunk_tokens": 128}, {}),
+             ({"kv_capacity_tokens": 9_000, "chunk_tokens": 256, "preemptive": True},
+              {"policy": "srpt"}),
+             ({"kv_capacity_tokens": 12_000, "kv_block_tokens": 32}, {})],
+            MODES):
+        fast, reference = fast_and_reference(monkeypatch, frame,
+                                             Replica(**in_mode(spec, mode)), **options)
         assert reference.preemptions.sum() > 0
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
 
-@pytest.mark.parametrize("case", ["chunk 256", "decode table", "timeouts and queue cap",
-                                  "kv tokens", "kv, prefix cache, preemptive srpt",
-                                  "kv, preemptive, detailed cost model"])
-@pytest.mark.parametrize("router", ["least_loaded", "pooled"])
-def test_until_s_equal_the_reference_exactly(monkeypatch, case, router):
+UNTIL_CASES = ["chunk 256", "decode table", "timeouts and queue cap", "kv tokens",
+               "kv, prefix cache, preemptive srpt", "kv, preemptive, detailed cost model"]
+
+
+@pytest.mark.parametrize("case, mode, router", [
+    (case, mode, ROUTERS[(k + m) % 2])                  # each case and mode behind one
+    for k, case in enumerate(UNTIL_CASES) for m, mode in enumerate(MODES)])
+def test_until_s_equal_the_reference_exactly(monkeypatch, case, mode, router):
     # a horizon in the middle of decode and chunk runs: the rows left unfinished keep
     # the tokens and largest gap of the steps that ended by then
     spec, options = CASES[case]
-    fast, reference = fast_and_reference(monkeypatch, requests(), Replica(**spec), replicas=3,
+    fast, reference = fast_and_reference(monkeypatch, requests(),
+                                         Replica(**in_mode(spec, mode)), replicas=3,
                                          router=router, seed=11, until_s=61.3, **options)
     unfinished = reference.outcome == "unfinished"
     assert unfinished.any() and reference.max_gap_s[unfinished].notna().any()
     pd.testing.assert_frame_equal(fast, reference, check_exact=True)
 
 
-@pytest.mark.parametrize("spec, options", [
-    ({"mode": "mixed", "max_batched_tokens": 512}, {}),
-    ({"mode": "prefill_first"}, {}),
-    ({}, {"step_log": True}),
-])
-def test_other_configurations_run_the_reference(spec, options):
-    assert not usable(Replica(**spec), options.get("step_log", False), np.inf)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_step_log_runs_the_reference(mode):
+    assert not usable(Replica(**in_mode({}, mode)), True, np.inf)

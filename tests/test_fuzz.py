@@ -5,7 +5,7 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``; the engine ``serving`` and the command line ``__main__`` /
+``disagg``, ``planning``, ``routers``, ``memory``; the engine ``serving`` and the command line ``__main__`` /
 ``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
@@ -30,6 +30,7 @@ import importlib
 import json
 import math
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -60,6 +61,7 @@ from servingcap import (  # noqa: E402
     knee,
     kvcache,
     llm,
+    memory,
     oplaws,
     parallel,
     params,
@@ -69,6 +71,7 @@ from servingcap import (  # noqa: E402
     profiles,
     queues,
     roofline,
+    routers,
     serving,
     sim,
     slo,
@@ -86,8 +89,12 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning")
+                  "calibrate", "disagg", "planning", "routers", "memory")
 DEADLINE_S = 1.0
+# An entry that runs simulations (heavy) gets more time: a planning call decides each
+# point by a sequential check over several replications, and on a shared 2-core machine
+# its good call alone takes about a second. A hang still ends it.
+HEAVY_DEADLINE_S = 5.0
 NAN, INF = math.nan, math.inf
 
 
@@ -96,7 +103,7 @@ class DeadlineExceeded(Exception):
 
 
 def _alarm(signum, frame):
-    raise DeadlineExceeded(f"no answer within {DEADLINE_S} s")
+    raise DeadlineExceeded("no answer within the deadline")
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -148,11 +155,16 @@ FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA
 MM1 = queues.MM1(0.5, 1.0)
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
+MEMORY = memory.memory_plan("Llama-3.1-8B", "H100-SXM")
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
 PHASE_COST = costmodel.PhaseCost((0.01, 1e-4, 1e-8), (0.02, 1e-6, 1e-4))
 VLLM_RESULT = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+CALIBRATION = calibrate.calibrate(VLLM_RESULT, max_batch=4)
+COST_PATH = calibrate.save_cost(CALIBRATION, Path(tempfile.mkdtemp()) / "cost.json")
+COST_FILE = calibrate.load_cost(COST_PATH)
 LENGTHS = planning.Lengths("exponential", {"mean": 100.0})
 WORKLOAD = planning.PoissonWorkload(500, 50)
 TINY = dict(confidence=0.9, budget=2, holds=2.0, min_requests=100, executor=None)
@@ -179,6 +191,8 @@ ENTRIES = [
     E("queues.MMc", queues.MMc, arrival_rate=1.0, service_rate=1.0, servers=2),
     E("queues.MMc.wait_cdf", lambda t: MMC.wait_cdf(t), t=0.3),
     E("queues.MMc.wait_quantile", lambda p: MMC.wait_quantile(p), p=0.99),
+    E("queues.MMc.response_cdf", lambda t: MMC.response_cdf(t), t=0.3),
+    E("queues.MMc.response_quantile", lambda p: MMC.response_quantile(p), p=0.99),
     E("queues.erlang_b", queues.erlang_b, servers=10, offered_load=8.0),
     E("queues.erlang_c", queues.erlang_c, servers=10, offered_load=8.0),
     E("queues.sqrt_staffing", queues.sqrt_staffing, offered_load=100.0, beta=2.0),
@@ -238,6 +252,16 @@ ENTRIES = [
     E("llm.chunked_ttft_s", llm.chunked_ttft_s, prompt_tokens=2000.0, chunk_tokens=512.0,
       prefill_rate=8000.0, decode_step_s=0.03, queue_s=0.0),
     E("llm.decode_step_time", llm.decode_step_time, batch=[1, 8, 32], measured=MEASURED),
+    E("llm.linear_s", llm.linear_s, tokens=240.0, weight_read_s=0.01, prefill_rate=8000.0),
+    E("llm.fused_step_s", llm.fused_step_s, decode_batch=32, prefill_tokens=208.0,
+      decode_step_s=0.03, weight_read_s=0.01, prefill_rate=8000.0),
+    E("llm.fused_token_budget", llm.fused_token_budget, tpot_slo_s=0.05, decode_step_s=0.03,
+      weight_read_s=0.01, prefill_rate=8000.0, decode_batch=32),
+    E("llm.overlapped_token_budget", llm.overlapped_token_budget, tpot_slo_s=0.05,
+      decode_step_s=0.03, prefill_rate=8000.0, decode_batch=32),
+    E("llm.fused_chunked_ttft_s", llm.fused_chunked_ttft_s, prompt_tokens=4000,
+      token_budget=240, decode_batch=32, decode_step_s=0.03, weight_read_s=0.01,
+      prefill_rate=8000.0, queue_s=0.0),
     # slo
     E("slo.latencies", slo.latencies, allow_inf=True, requests=RESULT, column="ttft_s"),
     E("slo.latency_quantile", slo.latency_quantile, allow_inf=True, requests=RESULT, p=0.99,
@@ -266,6 +290,7 @@ ENTRIES = [
       slots_per_replica=32, replicas=10),
     E("fleet.gpu_busy", fleet.gpu_busy, arrival_rate=30.0, replicas=22, prefill_s=0.25,
       output_tokens=300.0, decode_step_s=0.03, batch=32),
+    E("routers.check_router", routers.check_router, router="jsq"),
     E("fleet.routed_waits", fleet.routed_waits, arrival_times=ARRIVALS, service_times=SERVICES,
       replicas=2, slots_per_replica=1, router="pooled", rng=1),
     E("fleet.slot_requests", fleet.slot_requests, arrival_rate=2.0, n=20, hold_s=1.0, rng=1,
@@ -278,7 +303,8 @@ ENTRIES = [
       price_per_replica_hour=2.0, per=1000),
     E("fleet.FleetSearch.meets", lambda replicas: FLEET_SEARCH.meets(replicas), replicas=3),
     E("fleet.replicated_attainment", fleet.replicated_attainment, allow_nan=True,
-      runs=[RESULT, RESULT], limits={"ttft_s": 1.0}, target=0.9, confidence=0.95),
+      runs=[RESULT, RESULT], limits={"ttft_s": 1.0}, target=0.9, confidence=0.95,
+      delta=0.0025),
     # kvcache
     E("kvcache.AttentionShape", kvcache.AttentionShape, layers=32, kv_heads=8, head_dim=128,
       dtype_bytes=2),
@@ -534,6 +560,21 @@ ENTRIES = [
     E("stats.replication_seeds", stats.replication_seeds, seed=1, replications=3),
     E("stats.steady_state", stats.steady_state, allow_nan=True, values=SERIES, batches=20, alpha=0.01,
       max_growth=0.5, scale=1.0),
+    E("stats.feasibility", stats.feasibility, allow_inf=True,
+      values=[0.991, 0.995, 0.993, 0.994, 0.996, 0.992, 0.995, 0.994, 0.993, 0.996],
+      target=0.99, delta=0.0025, alpha=0.05, first=10, at_most=False, confidence=0.95),
+    E("stats.feasibility_constants", stats.feasibility_constants, alpha=0.05, first=10),
+    E("stats.sequential_check", stats.sequential_check, allow_inf=True,
+      values=[0.991, 0.995, 0.993, 0.994, 0.996, 0.992, 0.995, 0.994, 0.993, 0.996],
+      target=0.99, cap=16, delta=0.0025, alpha=0.05, first=10, at_most=False,
+      confidence=0.95),
+    E("stats.look_schedule", stats.look_schedule, first=10, cap=100),
+    E("stats.sectioning_ci", stats.sectioning_ci, allow_inf=True, whole=1.0,
+      sections=[0.9, 1.1, 1.05, 0.95], confidence=0.95, what="sections"),
+    E("stats.quantile_ci", stats.quantile_ci, allow_inf=True, values=SERIES, p=0.9,
+      confidence=0.95, batches=4, min_tail=5),
+    E("stats.replicated_quantile_ci", stats.replicated_quantile_ci, allow_inf=True,
+      runs=[SERIES, SERIES[::-1].copy()], p=0.9, confidence=0.95, min_tail=5),
     # oplaws
     E("oplaws.utilization_law", oplaws.utilization_law, throughput=2.0, demand=0.3),
     E("oplaws.throughput_bound", oplaws.throughput_bound, demand=[0.3, 0.1]),
@@ -564,6 +605,17 @@ ENTRIES = [
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
+    E("roofline.linear_op_check", roofline.linear_op_check, fitted=False),
+    E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:
+      ROOF.largest_chunk(budget_s, batch, context_tokens, cached_tokens), budget_s=0.05,
+      batch=32, context_tokens=2300.0, cached_tokens=0),
+    # memory
+    E("memory.memory_plan", memory.memory_plan, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
+      gpu_memory_utilization=0.9, fp8=False, reserve_gib=3.0, block_tokens=16),
+    E("memory.MemoryPlan.max_batch", lambda mean_context_tokens: MEMORY.max_batch(
+        mean_context_tokens), mean_context_tokens=2000.0),
+    E("memory.MemoryPlan.check_batch", lambda slots, mean_context_tokens: MEMORY.check_batch(
+        slots, mean_context_tokens), slots=8, mean_context_tokens=2000.0),
     # profiles
     E("profiles.distserve_profile", profiles.distserve_profile, model="opt-13b", tp=2,
       engine="vllm", path=str(profiles._profile_dir() / "profiler-a100-80g.vllm.json"),
@@ -577,6 +629,12 @@ ENTRIES = [
     E("profiles.DistServeCost.decode_ms", lambda context: DS_COST.decode_ms(context),
       context=[100.0, 200.0]),
     E("profiles.DistServeCost.step_ms", lambda detail: DS_COST.step_ms(detail),
+      detail=roofline.step([100], [0], [50, 60])),
+    E("profiles.vidur_cost", profiles.vidur_cost, model="Llama-3.1-8B", gpu="A100-80GB",
+      overhead_s=0.001, flops_efficiency=0.7, bandwidth_efficiency=0.8),
+    E("profiles.vidur_profiles", profiles.vidur_profiles),
+    E("profiles.VidurCost.linear_s", lambda tokens: VIDUR_COST.linear_s(tokens), tokens=100),
+    E("profiles.VidurCost.__call__", lambda detail: VIDUR_COST(detail),
       detail=roofline.step([100], [0], [50, 60])),
     # costmodel
     E("costmodel.PhaseCost", costmodel.PhaseCost, prefill=(0.01, 1e-4, 1e-8),
@@ -597,6 +655,7 @@ ENTRIES = [
     E("parallel.default_workers", parallel.default_workers),
     E("parallel.max_workers", parallel.max_workers),
     E("parallel.local_pool", parallel.local_pool, workers=1),
+    E("parallel.stop_pool", parallel.stop_pool),
     # calibrate
     E("calibrate.load_vllm_result", calibrate.load_vllm_result, allow_nan=True,
       allow_inf=True,
@@ -609,6 +668,12 @@ ENTRIES = [
       tolerance_s=0.002, max_batch=4),
     E("calibrate.simulated_vllm_result", calibrate.simulated_vllm_result, heavy=True,
       requests=REQUESTS, replica=REPLICA, request_rate=2.0),
+    # the path is fixed: fuzzing it would write files named by the bad values
+    E("calibrate.save_cost", lambda calibration: calibrate.save_cost(
+        calibration, COST_PATH.with_name("written.json")), calibration=CALIBRATION),
+    E("calibrate.load_cost", calibrate.load_cost, path=str(COST_PATH)),
+    E("calibrate.CostFile.replica", lambda max_batch, mode: COST_FILE.replica(
+        max_batch=max_batch, mode=mode), max_batch=8, mode="combined"),
     # disagg
     E("disagg.kv_bytes_per_token", disagg.kv_bytes_per_token, layers=32, kv_heads=8,
       head_dim=128, bytes_per_value=2.0),
@@ -793,14 +858,15 @@ def _check_sane(result, entry: Entry, where="result"):
 
 def outcome(entry: Entry, kwargs: dict, param: str, names=()) -> str | None:
     """Run one call; return a description of what went wrong, or None if it is fine."""
+    deadline = HEAVY_DEADLINE_S if entry.heavy else DEADLINE_S
     signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             result = entry.func(**kwargs)
     except DeadlineExceeded:
-        return f"no answer within {DEADLINE_S} s (hang)"
+        return f"no answer within {deadline} s (hang)"
     except UnstableQueueError:
         return None                     # "utilization >= 1" is the clear, correct answer
     except FileNotFoundError as exc:    # a path that is not there: say which
@@ -835,13 +901,15 @@ NOT_ENTRY_POINTS = {
     "fleet.GpuBusy", "fleet.FleetSearch", "fleet.ServingCost", "agents.AgentRun",
     "agents.FanOutRun", "agents.BranchAttempts", "control.ControlRun", "widgets.Explorer",
     "traffic.data_dir", "plots.use_book_style", "goodput.GridCapacity",
-    "stats.Estimate", "stats.Warmup", "stats.Verdict", "oplaws.ClosedLoop",
+    "stats.Estimate", "stats.Warmup", "stats.Verdict", "stats.Decision", "oplaws.ClosedLoop",
     # spec records read from data/ (roofline.gpu, roofline.model_config build them)
     "roofline.GPU", "roofline.ModelSpec",
     "profiles.DistServeCost",    # built by profiles.distserve_profile
-    "calibrate.Calibration",
+    "profiles.VidurCost",        # built by profiles.vidur_cost
+    "calibrate.Calibration", "calibrate.CostFile", "memory.MemoryPlan",
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
+    "routers.Router",            # built by serving.simulate on its engines; fuzzed there
 }
 
 

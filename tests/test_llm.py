@@ -101,3 +101,48 @@ def test_max_chunk_keeps_step_within_budget(slo, t_dec, rate):
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# --------------------------------------------------------------------------- fused steps
+
+
+def test_fused_step_by_hand_and_against_the_additive_floor():
+    # locked numbers: w = 10 ms, t(32) = 30 ms, 8,000 tokens/s (ridge 80 tokens)
+    w, rate = 0.010, 8000.0
+    assert llm.fused_step_s(32, 0, 0.030, w, rate) == pytest.approx(0.030)     # the curve
+    assert llm.fused_step_s(0, 50, 0.0, w, rate) == pytest.approx(0.010)       # one weight read
+    assert llm.fused_step_s(0, 2000, 0.0, w, rate) == pytest.approx(0.250)
+    # below the ridge a chunk rides free: 32 decodes + 48 tokens = 80 tokens
+    assert llm.fused_step_s(32, 48, 0.030, w, rate) == pytest.approx(0.030)
+    # past it, every token at the prefill rate: 20 ms per-sequence part + 240 / 8,000 s
+    assert llm.fused_step_s(32, 208, 0.030, w, rate) == pytest.approx(0.050)
+    for batch, chunk in [(1, 1), (8, 100), (32, 160), (32, 4000), (64, 10)]:
+        t_dec = 0.010 + 0.000625 * batch
+        fused = llm.fused_step_s(batch, chunk, t_dec, w, rate)
+        assert t_dec - 1e-12 <= fused <= t_dec + chunk / rate + 1e-12
+
+
+def test_fused_budget_chunk_and_ttft_of_the_locked_example():
+    assert LOCKED.weight_read_s == pytest.approx(0.010)
+    assert LOCKED.ridge_tokens == pytest.approx(80.0)
+    budget = llm.fused_token_budget(0.050, 0.030, 0.010, 8000, 32)
+    assert budget == LOCKED.token_budget == 240                      # a 208-token chunk
+    assert llm.max_chunk_tokens(0.050, 0.030, 8000) == 160           # the seed's floor
+    assert llm.overlapped_token_budget(0.050, 0.030, 8000, 32) - 32 == 368  # optimistic
+    # 4,000 tokens: 19 steps of 50 ms and a 48-token last chunk of 30 ms
+    assert llm.fused_chunked_ttft_s(4000, 240, 32, 0.030, 0.010, 8000) == pytest.approx(0.98)
+    assert llm.chunked_ttft_s(4000, 160, 8000, 0.030) == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: llm.fused_step_s(-1, 0, 0.03, 0.01, 8000), "decode_batch"),
+    (lambda: llm.fused_step_s(2, 0, 0.03, 0.0, 8000), "weight_read_s"),
+    (lambda: llm.fused_step_s(2, 0, 0.0, 0.01, 8000), "decode_step_s"),
+    (lambda: llm.fused_token_budget(0.05, 0.06, 0.01, 8000, 32), "no room"),
+    (lambda: llm.fused_chunked_ttft_s(4000, 32, 32, 0.03, 0.01, 8000), "token_budget"),
+    (lambda: llm.overlapped_token_budget(0.05, 0.05, 8000, 32), "decode_step_s"),
+    (lambda: llm.linear_s(float("nan"), 0.01, 8000), "tokens"),
+])
+def test_fused_bad_input_is_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

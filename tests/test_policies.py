@@ -21,20 +21,23 @@ def mix(n=400, seed=0):
 def test_unqueued_e2e_matches_a_request_alone_in_the_simulator():
     reqs = pd.DataFrame({"arrival_s": [0.0, 100.0, 200.0], "prompt_tokens": [2000, 4000, 7],
                          "output_tokens": [300, 1, 50]})
-    for replica in (Replica(max_batch=1), Replica(max_batch=8, chunk_tokens=512)):
+    for replica in (Replica(max_batch=1), Replica(max_batch=8),
+                    Replica(max_batch=8, chunk_tokens=512, mode="combined"),
+                    Replica(max_batch=8, mode="combined", step_cost="additive")):
         out = simulate(reqs, replica)
         assert np.allclose(out.e2e_s, pol.unqueued_e2e_s(reqs, replica))
     # the locked typical request alone: 0.25 s + 299 steps at batch 1 on the book's curve;
     # with the seed's constant 30 ms step, 0.25 + 299 x 0.030 = 9.22 s
     alone = LOCKED.prefill_s + 299 * LOCKED.decode_step_at(1)
     assert pol.unqueued_e2e_s(reqs.iloc[[0]])[0] == pytest.approx(alone)
-    flat = Replica(decode_step_s=LOCKED.decode_step_s)
+    flat = Replica(decode_step_s=LOCKED.decode_step_s, mode="combined", step_cost="additive")
     assert pol.unqueued_e2e_s(reqs.iloc[[0]], flat)[0] == pytest.approx(9.22)
 
 
 def test_unqueued_e2e_with_a_custom_cost_model_sums_its_steps():
     reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [5]})
-    totals = Replica(max_batch=1, step_time=lambda p, b, c: 0.01 + p / 10_000 + 0.02 * b)
+    totals = Replica(max_batch=1, step_time=lambda p, b, c: 0.01 + p / 10_000 + 0.02 * b,
+                     mode="combined")
     expect = (0.01 + 0.1) + 4 * (0.01 + 0.02)
     assert pol.unqueued_e2e_s(reqs, totals)[0] == pytest.approx(expect)
     assert simulate(reqs, totals).e2e_s[0] == pytest.approx(expect)
@@ -44,24 +47,32 @@ def test_unqueued_e2e_with_a_custom_cost_model_sums_its_steps():
         return (0.001 * d.prefill_chunks.size + 1e-6 * d.decode_context.sum()
                 + 1e-4 * d.prefill_tokens)
 
-    rich = Replica(max_batch=1, chunk_tokens=300, step_time=per_context)
+    rich = Replica(max_batch=1, chunk_tokens=300, step_time=per_context, mode="combined")
     assert pol.unqueued_e2e_s(reqs, rich)[0] == pytest.approx(simulate(reqs, rich).e2e_s[0])
 
 
 def test_full_batch_work_and_capacity():
     m = mix()
-    one, eight = Replica(max_batch=1), Replica(max_batch=8)
+    seed = {"mode": "combined", "step_cost": "additive"}
+    one, eight = Replica(max_batch=1, **seed), Replica(max_batch=8, **seed)
     assert np.allclose(pol.full_batch_work_s(m, one), pol.unqueued_e2e_s(m, one))
     work8 = m.prompt_tokens / 8000 + (m.output_tokens - 1) * LOCKED.decode_step_at(8) / 8
     assert np.allclose(pol.full_batch_work_s(m, eight), work8)
     assert pol.capacity_rate(m, eight) == pytest.approx(1 / work8.mean())
+    # fused: a lower bound (the prompt rides the decodes' weight reads), never above the
+    # additive work, and by hand: max(w (N-1) / B, (P + N - 1) / rate) + (N - 1) 0.625 ms
+    fused = pol.full_batch_work_s(m, Replica(max_batch=8))
+    assert (fused <= work8 + 1e-12).all()
+    d = m.output_tokens - 1
+    by_hand = np.maximum(0.010 * d / 8, (m.prompt_tokens + d) / 8000) + d * 0.000625
+    assert np.allclose(fused, by_hand)
     with pytest.raises(ValueError, match="step_time"):
         pol.full_batch_work_s(m, Replica(step_time=lambda p, b, c: 0.03))
 
 
 def test_bootstrap_workload_is_seeded_and_hits_the_load():
     m = mix(2000)
-    rep = Replica(max_batch=1)
+    rep = Replica(max_batch=1, mode="combined", step_cost="additive")   # work = service
     a = pol.bootstrap_workload(m, 20_000, 0.7, rep, rng=5)
     b = pol.bootstrap_workload(m, 20_000, 0.7, rep, rng=5)
     pd.testing.assert_frame_equal(a, b)
@@ -167,19 +178,22 @@ def test_sjf_simulation_agrees_with_cobham():
 
 
 def test_unfinished_work_and_busy_time_are_policy_invariant():
-    reqs = pol.bootstrap_workload(mix(500), 1500, 0.85, Replica(max_batch=1), rng=4)
+    # the one-slot M/G/1 of the seed's additive step, where service is a whole prompt
+    # then its decodes (fused chunked steps make the work inside a service uneven)
+    one = {"max_batch": 1, "mode": "combined", "step_cost": "additive"}
+    reqs = pol.bootstrap_workload(mix(500), 1500, 0.85, Replica(**one), rng=4)
     reqs["deadline_s"] = pol.slo_deadlines(reqs, 1.0, 0.05)
     reqs["priority"] = np.arange(len(reqs)) % 3
-    s = pol.unqueued_e2e_s(reqs, Replica(max_batch=1))
+    s = pol.unqueued_e2e_s(reqs, Replica(**one))
     work, busy = [], []
     for policy in ("fcfs", "sjf", "edf", "priority"):
-        out, log = simulate(reqs, Replica(max_batch=1), policy=policy, step_log=True)
+        out, log = simulate(reqs, Replica(**one), policy=policy, step_log=True)
         work.append(pol.mean_unfinished_work_s(out, s))
         busy.append(pol.busy_time_s(out))
         assert busy[-1] == pytest.approx(log.duration_s.sum())
     assert np.allclose(work, work[0], rtol=1e-9) and np.allclose(busy, busy[0], rtol=1e-9)
     assert busy[0] == pytest.approx(s.sum())
-    out, log = simulate(reqs, Replica(max_batch=1, preemptive=True), policy="srpt", step_log=True)
+    out, log = simulate(reqs, Replica(**one, preemptive=True), policy="srpt", step_log=True)
     assert pol.busy_time_s(out) == pytest.approx(log.duration_s.sum())
     assert pol.busy_time_s(out) > busy[0]                        # recompute is extra work
     with pytest.raises(ValueError, match="one value per request"):

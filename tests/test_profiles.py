@@ -1,4 +1,5 @@
-"""DistServe's published step-time profile as a cost model: hand arithmetic, bad profiles."""
+"""Published step-time profiles as cost models: DistServe's fitted coefficients (hand
+arithmetic, bad profiles) and Vidur's measured linear ops fused with a roofline."""
 
 import json
 
@@ -131,3 +132,76 @@ def test_distserve_replica_is_the_colocated_baseline():
     assert isinstance(replica.step_time, profiles.DistServeCost)
     capped = profiles.distserve_replica("opt-13b", kv_capacity_tokens=400_000, max_batch=64)
     assert capped.kv_capacity_tokens == 400_000 and capped.max_batch == 64
+
+
+# --------------------------------------------------------------------------- Vidur
+
+
+def _vidur(model="Llama-3.1-8B", gpu="A100-80GB"):
+    from servingcap.roofline import measured_steps
+    v = measured_steps().query("source == 'vidur' and model == @model and gpu == @gpu")
+    return dict(zip(v.tokens, v.measured_ms, strict=True))
+
+
+def test_vidur_linear_ops_are_looked_up_at_tokens_rounded_up_to_eight():
+    cost = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
+    ms = _vidur()
+    assert cost.max_tokens == 4096
+    assert cost.linear_s(1) == pytest.approx(ms[8] / 1e3)          # 1 -> 8, as Vidur does
+    assert cost.linear_s(97) == pytest.approx(ms[104] / 1e3)        # 97 -> 104
+    assert cost.linear_s(4090) == pytest.approx(ms[4096] / 1e3)     # 4090 -> 4096
+    # 2,056 is not measured (multiples of 32 there): linear between 2,048 and 2,080
+    assert cost.linear_s(2056) == pytest.approx((ms[2048] + (ms[2080] - ms[2048]) / 4) / 1e3)
+    assert cost.linear_s(0) == 0.0
+
+
+def test_vidur_cost_adds_roofline_head_and_attention_to_measured_linear_ops():
+    from servingcap.roofline import GROUPS, Roofline, step
+    cost = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB", overhead_s=0.002)
+    roof = Roofline("Llama-3.1-8B", "A100-80GB", overhead_s=0.002)
+    detail_ = step(prefill=[512], cached=[300], decode=np.full(32, 2300.0))
+    br, rb = cost.breakdown(detail_), roof.breakdown(detail_)
+    assert br["linear_s"] == cost.linear_s(544) and br["linear_bound"] == "measured"
+    for group in GROUPS[1:]:
+        assert br[f"{group}_s"] == rb[f"{group}_s"]
+    assert cost(detail_) == pytest.approx(
+        cost.linear_s(544) + sum(rb[f"{g}_s"] for g in GROUPS[1:]) + 0.002, rel=1e-12)
+    assert cost(step()) == 0.0
+    assert "Vidur" in cost.describe() and "Meta-Llama-3-8B" in cost.source
+
+
+def test_vidur_cost_drives_the_simulator():
+    from servingcap.roofline import step
+    cost = profiles.vidur_cost("Llama-2-7b-hf", "H100-SXM")
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [2000], "output_tokens": [2]})
+    out = simulate(reqs, Replica(step_time=cost, mode="mixed",
+                                 max_batched_tokens=cost.max_tokens)).iloc[0]
+    assert out.ttft_s == pytest.approx(cost(step(prefill=[2000])))
+    assert out.finish_s - out.first_token_s == pytest.approx(cost(step(decode=[2001])))
+
+
+def test_vidur_profiles_lists_what_was_measured():
+    table = profiles.vidur_profiles()
+    assert set(zip(table.model, table.gpu, strict=True)) == {("Llama-2-7b-hf", "A100-80GB"),
+                                               ("Llama-2-7b-hf", "H100-SXM"),
+                                               ("Llama-3.1-8B", "A100-80GB")}
+    assert (table.min_tokens == 1).all() and (table.max_tokens == 4096).all()
+    # Vidur's own name for the Llama-3 profile is accepted
+    assert profiles.vidur_cost("Meta-Llama-3-8B").measured_model == "Meta-Llama-3-8B"
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: profiles.vidur_cost("opt-13b"), r"model='opt-13b' has no Vidur.*Llama-2-7b-hf"),
+    (lambda: profiles.vidur_cost("Llama-3.1-8B", "H100-SXM"),
+     r"gpu='H100-SXM' has no Vidur.*A100-80GB"),
+    (lambda: profiles.vidur_cost("Llama-2-7b-hf", "B300"), r"gpu='B300'"),
+    (lambda: profiles.vidur_cost().linear_s(4097), r"tokens=4097 is outside the measured range "
+                                                   r"1 to 4096"),
+    (lambda: profiles.vidur_cost().linear_s(2.5), r"tokens=2.5"),
+    (lambda: profiles.vidur_cost()(__import__("servingcap.roofline").roofline.step(
+        prefill=[4000], decode=np.full(200, 10.0))), r"tokens=4200\.0 is outside"),
+])
+def test_vidur_cost_refuses_what_it_has_no_measurement_for(call, match):
+    with pytest.raises(ValueError, match=match) as info:
+        call()
+    assert "\n" not in str(info.value)

@@ -72,9 +72,11 @@ def test_summarize_light_load_matches_the_unqueued_request():
 def test_summarize_overload_reports_service_rate_and_validates():
     # Saturated at max_batch 32: completions per second approach the service capacity
     # 1 / (t_prefill + (N - 1) * step(32) / 32), not the arrival rate.
+    # (the seed's additive combined step, the model this capacity is written for)
     capacity = 1 / (LOCKED.prefill_s + (LOCKED.output_tokens - 1) * TABLE[32] / 32)
     reqs = poisson_requests(3.0, 3000, seed=4)
-    s = summarize(simulate(reqs, Replica(decode_step_s=TABLE)), warmup_fraction=0.0)
+    s = summarize(simulate(reqs, Replica(decode_step_s=TABLE, mode="combined",
+                                         step_cost="additive")), warmup_fraction=0.0)
     assert s["throughput_rps"] == pytest.approx(capacity, rel=0.03)
     assert s["ttft_p99_s"] > 100 * LOCKED.ttft_slo_s
     with pytest.raises(ValueError, match="warmup_fraction"):
@@ -134,7 +136,8 @@ def test_stall_of_one_long_prefill_is_the_amortized_stall_on_several_replicas():
                              "output_tokens": 300})
     long = pd.DataFrame({"arrival_s": [1.0], "prompt_tokens": [4000], "output_tokens": [50]})
     reqs = pd.concat([decoders, long], ignore_index=True)
-    replica = Replica(max_batch=33)
+    # the seed's additive combined step, where the whole prefill is the stall
+    replica = Replica(max_batch=33, mode="combined", step_cost="additive")
     out, log = simulate(reqs, replica, replicas=2, router="round_robin", step_log=True)
     tp = tpot_parts(out, log, replica)
     victims = (out.replica == out.replica.iloc[64]) & (out.index < 64)

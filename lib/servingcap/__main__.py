@@ -10,8 +10,12 @@ fleet can meet, exit with status 2 and a one-line message naming the option.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import math
+import signal
 import sys
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,18 +43,21 @@ DEFAULTS = {
     "decode_table": None,
     "chunk_tokens": None,
     "max_batch": 32,
-    "mode": "combined",
+    "mode": "mixed",
     "max_batched_tokens": None,
+    "step_cost": "fused",
     "model_config": None,
     "gpu": None,
     "tp": 1,
+    "gpu_memory_utilization": 0.9,
     "flops_efficiency": 1.0,
     "bandwidth_efficiency": 1.0,
     "profile": None,
+    "cost": None,
     "ttft_p99_ms": 1000.0,
     "tpot_p99_ms": 50.0,
     "target": 0.99,
-    "router": "least_loaded",
+    "router": "jsq",
     "policy": "fcfs",
     "spares": 1,
     "beta": 2.0,
@@ -58,11 +65,13 @@ DEFAULTS = {
     "rtol": 0.02,
     "budget": 16,
     "confidence": 0.95,
+    "indifference": 0.25,
     "holds": 20.0,
     "max_replicas": 4096,
     "workers": None,
     "scheduler": None,
     "progress": True,
+    "output": None,
 }
 
 DISTRIBUTIONS = {
@@ -107,9 +116,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _routers() -> tuple:
-    from .serving import ROUTERS
+    """(realistic routers, bounds), from :mod:`servingcap.routers`."""
+    from .routers import BOUNDS, REALISTIC
 
-    return ROUTERS
+    return REALISTIC, BOUNDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,17 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
             "Prints (1) the closed-form first guess: Little's law a = rate x T_hold busy\n"
             "slots, square-root staffing c = a + beta sqrt(a), whole replicas plus spares,\n"
             "and the fluid throughput bound (fewer replicas cannot carry the rate at all);\n"
-            "(2) the smallest replica count whose simulated SLO attainment meets --target\n"
+            "(2) the smallest replica count shown to meet --target by simulation\n"
             "(continuous-batching simulator), with a confidence interval, p99 TTFT/TPOT,\n"
-            "goodput, replications and run length, and the count one below; (3) the\n"
-            "plan rate: the largest rate that many serving replicas are shown to carry\n"
-            "(spares held back), found by bisection on the simulator.\n\n"
+            "goodput, replications and run length, and the count one below (shown to\n"
+            "miss, or open); (3) the capacity of that many serving replicas (spares held\n"
+            "back) as an interval: the largest rate shown to meet (the plan rate) and the\n"
+            "smallest shown to miss, found by bisection on the simulator.\n\n"
             "A request meets the SLO when it finishes with TTFT <= --ttft-p99-ms and mean\n"
-            "TPOT <= --tpot-p99-ms; a fleet meets it when the --confidence interval of its\n"
-            "attainment (t-interval across independent replications) lies at or above\n"
-            "the --target (0.99: a joint p99), misses when it lies below, is 'undecided'\n"
-            "when it still straddles the target after --budget replications, and is\n"
-            "'unstable' when the runs have no steady state (latency or misses keep rising).\n"
+            "TPOT <= --tpot-p99-ms. Whether a fleet's attainment reaches --target (0.99: a\n"
+            "joint p99) is decided sequentially: replications are added (10, then doubling,\n"
+            "up to --budget) until a one-sided t-interval across them clears the\n"
+            "indifference zone --target +- --indifference; the verdict (meets / misses) is\n"
+            "wrong with probability at most 1 - --confidence outside the zone. A point not\n"
+            "decided within --budget is 'open' (never counted as a miss), and one whose\n"
+            "runs have no steady state (latency or misses keep rising) is 'unstable'.\n"
             "Each replication simulates --holds hold times of traffic at the rate (at least\n"
             "2,000 requests), its warm-up cut by MSER-5; replication i replays the same\n"
             "traffic at every size and rate (common random numbers), so the answer does not\n"
@@ -209,8 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['mode']})")
     g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
                    help="most tokens in one step (vLLM --max-num-batched-tokens): the "
-                        "token budget of mixed mode, the prefill cap of prefill_first "
-                        "(default: none)")
+                        "token budget of mixed mode (default: the book's "
+                        f"{LOCKED.token_budget}, derived from the TPOT objective), the prefill "
+                        "cap of prefill_first (default: none)")
+    g.add_argument("--step-cost", type=str, metavar="NAME", default=S,
+                   help="built-in step cost: fused (one forward pass over all the step's "
+                        "tokens, as vLLM V1 / SGLang / TensorRT-LLM run it) or additive "
+                        "(decode step plus prefill step: the seed essay's conservative "
+                        f"floor) (default {d['step_cost']}; ignored by --model-config/--gpu "
+                        "and --profile, which price steps themselves)")
     g = p.add_argument_group(
         "step time from hardware or a published profile (instead of --prefill-rate and "
         "--decode-step-ms/--decode-table)")
@@ -221,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU of the roofline (" + ", ".join(_gpu_names()) + ")")
     g.add_argument("--tp", type=str, metavar="GPUS", default=S,
                    help=f"tensor-parallel degree of a replica, GPUs (default {d['tp']})")
+    g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
+                   help="fraction of each GPU's memory the engine may use, in (0, 1], as "
+                        "vLLM's flag: weights, a 3.05 GiB runtime reserve per GPU and the KV "
+                        "cache share it; sets the replica's KV capacity (default "
+                        f"{d['gpu_memory_utilization']:g})")
     g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
                    help="roofline: achievable fraction of peak FLOP/s, in (0, 1] (default "
                         f"{d['flops_efficiency']:g}: pure roofline; the step-time chapter "
@@ -232,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DistServe's published A100-80GB step-time fit: MODEL[:ENGINE] with "
                         "MODEL opt-13b or opt-66b and ENGINE distserve (default) or vllm, or "
                         "FILE.json:MODEL for your own fit in the same layout; uses --tp")
+    g.add_argument("--cost", type=str, metavar="FILE", default=S,
+                   help="a cost file written by `calibrate --output FILE`: the step time "
+                        "fitted to your benchmark, and its engine knobs (--max-batch, --mode, "
+                        "--max-batched-tokens, --chunk-tokens) unless given here; with "
+                        "--model-config/--gpu those size the memory only")
     g = p.add_argument_group("service-level objective")
     g.add_argument("--ttft-p99-ms", type=str, metavar="MS", default=S,
                    help=f"time-to-first-token limit, milliseconds (default {d['ttft_p99_ms']:g})")
@@ -242,9 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['target']:g})")
     g = p.add_argument_group("fleet")
     g.add_argument("--router", type=str, metavar="NAME", default=S,
-                   help="how arrivals are spread over replicas: any router of "
-                        "servingcap.serving.simulate, e.g. " + ", ".join(_routers())
-                        + f" (pooled: one shared queue) (default {d['router']})")
+                   help="how arrivals are spread over replicas (servingcap.routers). "
+                        "Realistic, on signals a gateway has (queue depth, running "
+                        "requests, free slots, KV tokens in use, prefix matches): "
+                        + ", ".join(_routers()[0]) + ". Bounds no gateway reaches: "
+                        "pooled (one queue shared by every slot), oracle_work (outstanding "
+                        "work with output lengths known in advance; formerly least_loaded) "
+                        f"(default {d['router']})")
     g.add_argument("--policy", type=str, metavar="NAME", default=S,
                    help=f"queue order on each replica: fcfs, sjf or srpt (default {d['policy']})")
     g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
@@ -257,12 +291,17 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['beta']:g})")
     g = p.add_argument_group("simulation and statistics")
     g.add_argument("--budget", type=str, metavar="REPLICATIONS", default=S,
-                   help="most independent replications per simulated point; 4 first, "
-                        "doubling while the interval straddles the target "
-                        f"(default {d['budget']})")
+                   help="most independent replications per simulated point; 10 first, "
+                        "doubling until the sequential check decides; a point still "
+                        f"undecided is 'open' (default {d['budget']})")
     g.add_argument("--confidence", type=str, metavar="FRACTION", default=S,
-                   help="level of every confidence interval, in (0, 1) "
+                   help="level of every confidence interval, in (0, 1); 1 - confidence is "
+                        "the error of a meets/misses verdict (must be > 0.5) "
                         f"(default {d['confidence']:g})")
+    g.add_argument("--indifference", type=str, metavar="PERCENTAGE_POINTS", default=S,
+                   help="half-width of the indifference zone around --target, in "
+                        "percentage points of attainment: a fleet within it may be called "
+                        f"either way (default {d['indifference']:g})")
     g.add_argument("--holds", type=str, metavar="HOLD_TIMES", default=S,
                    help="simulated traffic per replication, in hold times T_hold at the "
                         f"rate (at least 2,000 requests) (default {d['holds']:g})")
@@ -277,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scheduler", type=str, metavar="ADDRESS", default=S,
                    help="run replications on a Dask cluster, e.g. tcp://10.0.0.5:8786 "
                         "(replaces --workers; same answer)")
+    g.add_argument("--output", type=str, metavar="FILE.json|FILE.csv", default=S,
+                   help="also write the result: .json (Plan.to_dict() plus the settings) or "
+                        ".csv (one row per simulated point)")
     g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
                    default=S, help="no progress bar on stderr")
     return parser
@@ -446,17 +488,20 @@ class Settings:
     rtol: float
     budget: int
     confidence: float
+    delta: float
     holds: float
     max_replicas: int
     workers: int | None
     scheduler: str | None
     progress: bool
     cost: str
+    memory: str = ""
+    output: str | None = None
 
 
 def settings(options: dict) -> Settings:
     """Merge defaults with ``options`` (already merged config + command line) and validate."""
-    from .serving import MODES, ROUTERS, Replica
+    from .serving import MODES, ROUTERS, STEP_COSTS, Replica
 
     given = dict(options)
     o = {**DEFAULTS, **given}
@@ -487,6 +532,7 @@ def settings(options: dict) -> Settings:
                        "hold times per replication, up to --budget replications")
         workload = PoissonWorkload(prompt, output)
         text = str(workload)
+    calibrated = _cost_file(o, given)
     chunk = None if o["chunk_tokens"] is None else _whole("chunk_tokens", o["chunk_tokens"])
     max_batch = _whole("max_batch", o["max_batch"])
     if max_batch > MAX_BATCH:
@@ -498,17 +544,26 @@ def settings(options: dict) -> Settings:
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
     step_time, decode, cost_text = _cost_model(o, given)
     try:
+        if o["step_cost"] not in STEP_COSTS:
+            raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
         cost = ({"step_time": step_time} if step_time is not None else
                 {"prefill_rate": _number("prefill_rate", o["prefill_rate"]),
-                 "decode_step_s": decode})
+                 "decode_step_s": decode, "step_cost": o["step_cost"]})
         replica = Replica(max_batch=max_batch, chunk_tokens=chunk, mode=mode,
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
         raise InputError(f"--mode {mode}: {exc}") from None
+    if calibrated is not None and "kv_capacity_tokens" in calibrated.replica_options:
+        replica = dataclasses.replace(
+            replica, kv_capacity_tokens=calibrated.replica_options["kv_capacity_tokens"])
+    replica, memory_text = _memory(o, given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
     router = o["router"]
+    if router == "least_loaded":
+        raise _bad("router", router, "was renamed oracle_work: a bound that knows output "
+                   "lengths in advance, which no gateway does")
     if router not in ROUTERS:
         raise _bad("router", router, f"must be one of {', '.join(ROUTERS)}")
     policy = o["policy"]
@@ -518,8 +573,12 @@ def settings(options: dict) -> Settings:
     if rtol >= 1:
         raise _bad("rtol", o["rtol"], "must be < 1")
     confidence = _number("confidence", o["confidence"])
-    if confidence >= 1:
-        raise _bad("confidence", o["confidence"], "must be < 1")
+    if not 0.5 < confidence < 1:
+        raise _bad("confidence", o["confidence"], "must be in (0.5, 1)")
+    zone = _number("indifference", o["indifference"])
+    if zone >= 50:
+        raise _bad("indifference", o["indifference"],
+                   "must be < 50 percentage points")
     holds = _number("holds", o["holds"])
     workers = None if o["workers"] is None else _whole("workers", o["workers"])
     scheduler = o["scheduler"]
@@ -532,16 +591,128 @@ def settings(options: dict) -> Settings:
                    limits=limits, target=target, router=router, policy=policy,
                    spares=_whole("spares", o["spares"], minimum=0),
                    beta=_number("beta", o["beta"], allow_zero=True), seed=seed, rtol=rtol,
-                   budget=_whole("budget", o["budget"]), confidence=confidence, holds=holds,
+                   budget=_whole("budget", o["budget"]), confidence=confidence,
+                   delta=zone / 100.0, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   cost=cost_text)
+                   cost=cost_text, memory=memory_text, output=_output(o["output"]))
     _feasible(out)
     return out
 
 
+def _output(path) -> str | None:
+    """--output: a writable .json or .csv path (checked before simulating)."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or Path(path).suffix.lower() not in (".json", ".csv"):
+        raise _bad("output", path, "must be a file name ending in .json or .csv")
+    if not Path(path).resolve().parent.is_dir():
+        raise _bad("output", path, "must be in an existing directory")
+    return path
+
+
+def write_output(s: Settings, result) -> None:
+    """Write ``result`` (a :class:`~servingcap.planning.Plan`) to ``s.output``: JSON
+    (``to_dict()`` plus the settings) or CSV (every simulated point, ``search`` =
+    fleet or capacity)."""
+    import json
+
+    import pandas as pd
+
+    path = Path(s.output)
+    if path.suffix.lower() == ".json":
+        data = {"settings": {"rate_rps": s.rate, "workload": s.workload, "cost": s.cost,
+                             "memory": s.memory or None, "limits_s": s.limits,
+                             "target": s.target, "router": s.router, "policy": s.policy,
+                             "max_batch": s.replica.max_batch, "mode": s.replica.mode},
+                **result.to_dict()}
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        return
+    fleet = result.fleet.evaluations.assign(search="fleet")
+    capacity = result.capacity.evaluations.assign(search="capacity")
+    pd.concat([fleet, capacity], ignore_index=True).to_csv(path, index=False)
+
+
+def _mean_context(workload) -> float:
+    """Mean KV context of a decoding sequence, tokens: its prompt plus half its output
+    (the context grows by one token per step from the prompt to prompt + output)."""
+    if isinstance(workload, PoissonWorkload):
+        return workload.prompt.mean + workload.output.mean / 2
+    return float(workload["prompt_tokens"].mean() + workload["output_tokens"].mean() / 2)
+
+
+def _memory(o: dict, given: dict, replica, workload):
+    """(replica with its KV capacity, report line) from --model-config/--gpu/--tp and
+    --gpu-memory-utilization (:func:`servingcap.memory.memory_plan`); unchanged without
+    a model and GPU. Refuses weights that do not fit; warns when the slots do not."""
+    from .memory import GIB, memory_plan
+
+    if "model_config" not in given or "gpu" not in given:
+        if "gpu_memory_utilization" in given:
+            raise _bad("gpu_memory_utilization", given["gpu_memory_utilization"],
+                       "applies only with --model-config and --gpu")
+        return replica, ""
+    util = _number("gpu_memory_utilization", o["gpu_memory_utilization"], upper=1.0)
+    try:
+        memory = memory_plan(o["model_config"], o["gpu"], tp=_whole("tp", o["tp"]),
+                             gpu_memory_utilization=util)
+    except ValueError as exc:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: {exc}") from None
+    context = _mean_context(workload)
+    fits = memory.max_batch(context)
+    if fits < 1:
+        raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: the KV cache "
+                         f"holds {memory.kv_capacity_tokens:,} tokens, less than one "
+                         f"sequence at the workload's mean context of {context:,.0f} tokens")
+    text = memory.describe()
+    if fits < replica.max_batch:
+        need = replica.max_batch * context * memory.kv_bytes_per_token / GIB
+        text += (f"\nWARNING: --max-batch {replica.max_batch} slots at the workload's mean "
+                 f"context of {context:,.0f} tokens (prompt + half the output) need "
+                 f"{need:.1f} GiB of KV cache, more than the {memory.kv_bytes / GIB:.1f} GiB "
+                 f"left: at most {fits} run at once; the simulation holds the KV capacity, "
+                 "so batches stop growing there (lower --max-batch or raise --tp)")
+    return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
+
+
+def _cost_file(o: dict, given: dict):
+    """The --cost file (:func:`servingcap.calibrate.load_cost`), its knobs copied into
+    ``o`` where the command line and config did not set them; None without --cost."""
+    if "cost" not in given:
+        return None
+    from .calibrate import load_cost
+
+    try:
+        calibrated = load_cost(o["cost"])
+    except ValueError as exc:
+        raise InputError(f"--cost: {exc}") from None
+    for name, value in calibrated.replica_options.items():
+        if name in DEFAULTS and name not in given:
+            o[name] = value
+    return calibrated
+
+
 def _cost_model(o: dict, given: dict):
     """(step_time, decode, text): the replica's cost model from the options, and its source."""
+    if "cost" in given:
+        others = [n for n in ("prefill_rate", "decode_step_ms", "decode_table", "profile",
+                              "flops_efficiency", "bandwidth_efficiency") if n in given]
+        if others:
+            raise InputError(f"--cost and {_option(others[0])} are alternatives (the cost "
+                             f"file is the step time); give one, got {given['cost']!r} and "
+                             f"{given[others[0]]!r}")
+        hardware = [n for n in ("model_config", "gpu") if n in given]
+        if len(hardware) == 1:
+            missing = "gpu" if hardware == ["model_config"] else "model_config"
+            raise _bad(missing, None, "is needed with --cost to size the memory (give both "
+                       "--model-config and --gpu, or neither)")
+        if "tp" in given and not hardware:
+            raise _bad("tp", given["tp"], "applies with --cost only to the memory of "
+                       "--model-config/--gpu")
+        from .calibrate import load_cost
+
+        calibrated = load_cost(o["cost"])          # already checked by _cost_file
+        return calibrated.cost, None, calibrated.describe()
     hardware = [n for n in ("model_config", "gpu", "profile") if n in given]
     if hardware:
         simple = [n for n in ("prefill_rate", "decode_step_ms", "decode_table") if n in given]
@@ -588,7 +759,10 @@ def _cost_model(o: dict, given: dict):
         decode = LOCKED.decode_step_table
         text = f"the book's decode curve ({_LOCKED_TABLE_TEXT})"
     prefill = _number("prefill_rate", o["prefill_rate"])
-    return None, decode, f"locked-style cost: prefill {prefill:g} tokens/s, {text}"
+    how = ("fused: one forward pass, max(weight read, tokens / prefill rate) plus the "
+           "decode curve's per-sequence part" if o["step_cost"] == "fused" else
+           "additive: decode step plus prefill step, the seed's conservative floor")
+    return None, decode, f"{how}; prefill {prefill:g} tokens/s, {text}"
 
 
 def _profile(spec, tp: int):
@@ -702,8 +876,13 @@ def _ms_or_na(seconds: float) -> str:
 
 
 def _reps(budget: int) -> str:
-    first = min(4, budget)
-    return f"{first}" if first == budget else f"{first} to {budget}"
+    from .stats import FIRST_STAGE, look_schedule
+
+    first = min(FIRST_STAGE, budget)
+    if first == budget:
+        return f"{first}"
+    looks = look_schedule(first, budget) if first >= 2 else [budget]
+    return f"{first} to {budget} (looks at {', '.join(map(str, looks))})"
 
 
 def _sizes(sizes) -> str:
@@ -723,6 +902,21 @@ def _fleet_row(n: int, row) -> str:
             f"{int(row['replications']):>4}  {row['run_s']:>5.0f} s  {row['verdict']}")
 
 
+def _steps_text(r) -> str:
+    """How one step of this replica is composed, in words."""
+    if r.mode == "mixed":
+        return (f"mixed steps of at most {r.token_cap():g} tokens (decodes first, one token "
+                "each; prompts split into chunks that fill the rest)")
+    if r.mode == "prefill_first":
+        cap = r.token_cap()
+        return ("prefill-first steps (whole prompts"
+                + (f" up to {cap:g} tokens a step" if cap != float("inf") else "")
+                + "; decodes wait)")
+    return ("combined steps (all decodes plus "
+            + (f"{r.chunk_tokens}-token prefill chunks)" if r.chunk_tokens
+               else "whole prompts)"))
+
+
 def render(s: Settings, result) -> str:
     """The report printed by ``plan`` (plain text, one number per claim)."""
     from .planning import fluid_rate
@@ -735,17 +929,18 @@ def render(s: Settings, result) -> str:
     rows = fleet.evaluations
     lines = [
         f"Plan for {s.rate:g} req/s ({s.workload})",
-        f"Replica: {r.max_batch} slots, "
-        + (f"chunked prefill {r.chunk_tokens} tokens" if r.chunk_tokens else "whole-prompt prefill")
-        + f", {r.mode} steps"
-        + (f" of at most {r.max_batched_tokens} tokens" if r.max_batched_tokens else "")
-        + f"; router {s.router}, policy {s.policy}",
+        f"Replica: {r.max_batch} slots, {_steps_text(r)}; router {s.router}, "
+        f"policy {s.policy}",
         f"Cost model: {s.cost}",
+        *([f"Memory: {s.memory}"] if s.memory else []),
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
-        f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; {s.confidence:.0%} "
-        "t-intervals across replications decide meets/misses",
+        f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; repeated one-sided "
+        "t-intervals across replications decide meets/misses at each look, each verdict "
+        f"wrong with probability <= {1 - s.confidence:.0%} when the attainment is outside "
+        f"{s.target:.2%} +- {100 * s.delta:.2g} points (Bonferroni across looks); 'open': "
+        f"not decided within --budget, never counted as a miss; intervals {s.confidence:.0%}",
         "",
         f"1. Closed-form first guess (Little + square-root staffing, beta = {sz.beta:g})",
         f"   T_hold = mean prefill + mean decode steps at a full batch = {result.hold_s:.3g} s "
@@ -758,7 +953,7 @@ def render(s: Settings, result) -> str:
         f"{_replicas(fleet.fluid_min)} (fewer are overloaded and are not simulated)",
         "",
         f"2. Simulator-confirmed fleet: {_replicas(fleet.replicas)} + {result.spares} "
-        f"spare = {_replicas(result.replicas)}",
+        f"spare = {_replicas(result.replicas)} ({_below(fleet)})",
         f"   {'replicas':>8}  {'attainment (CI)':>24}  {'TTFT p99':>8}  {'TPOT p99':>8}  "
         f"{'goodput':>13}  {'reps':>4}  {'run':>7}  verdict",
         _fleet_row(fleet.replicas, result.at_size),
@@ -778,9 +973,9 @@ def render(s: Settings, result) -> str:
     diff = fleet.replicas - sz.replicas_for_slots
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
                  f"{fleet.replicas} ({diff:+d})")
-    if fleet.undecided:
-        lines.append(f"   undecided after {s.budget} replications: {_sizes(fleet.undecided)} "
-                     "(counted as not meeting; a larger --budget may settle them)")
+    if fleet.open:
+        lines.append(f"   open (not decided within {s.budget} replications; not counted as "
+                     f"misses, a larger --budget may decide them): {_sizes(fleet.open)}")
     unstable = rows.loc[rows["verdict"] == "unstable", "replicas"].tolist()
     if unstable:
         lines.append("   unstable (no steady state: latency or misses keep rising along the "
@@ -789,15 +984,26 @@ def render(s: Settings, result) -> str:
     row = cap.at_rate
     total = int(rows["replications"].sum() + cap.evaluations["replications"].sum()
                 - result.at_size["replications"])
+    upper = cap.upper
+    shown = _verdict_at(cap, upper)
     lines += [
         "",
         f"3. Plan rate: {_replicas(fleet.replicas)} (spares held back) "
         f"{'carries' if fleet.replicas == 1 else 'carry'} up to "
-        f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s)",
-        f"   at {cap.rate:.4g} req/s: attainment {_attainment(row)}, TTFT p99 "
+        f"{cap.rate:.4g} req/s ({result.headroom:+.1%} over {s.rate:g} req/s): capacity "
+        f"between {cap.rate:.4g} and {upper:.4g} req/s",
+        f"   at {cap.rate:.4g} req/s (shown to meet): attainment {_attainment(row)}, TTFT p99 "
         f"{_ms(row['ttft_p99_s'])}, TPOT p99 {_ms_or_na(row['tpot_p99_s'])}, goodput "
-        f"{row['goodput_rps']:.2f} req/s; not shown at {cap.upper:.4g} req/s "
-        f"({_verdict_at(cap, cap.upper)})",
+        f"{row['goodput_rps']:.2f} req/s",
+        (f"   at {upper:.4g} req/s: the fleet's fluid throughput bound (not simulated)"
+         if shown == "fluid bound" else
+         f"   at {upper:.4g} req/s (shown to {'miss' if shown == 'misses' else 'be unstable'})"
+         f": attainment {_attainment(_row_at(cap, upper))}"),
+    ]
+    if cap.open:
+        lines.append("   open between them (not decided within --budget; not misses): "
+                     + ", ".join(f"{r:.4g}" for r in cap.open) + " req/s")
+    lines += [
         f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
         "simulated seconds per replication after warm-up; goodput = requests finishing "
         "within the SLO per second of that window)",
@@ -808,6 +1014,31 @@ def render(s: Settings, result) -> str:
 def _verdict_at(cap, rate: float) -> str:
     rows = cap.evaluations.loc[cap.evaluations["rate_rps"] == rate, "verdict"]
     return rows.iloc[-1] if len(rows) else "fluid bound"
+
+
+def _row_at(cap, rate: float):
+    rows = cap.evaluations.loc[cap.evaluations["rate_rps"] == rate]
+    return rows.iloc[-1]
+
+
+def _below(fleet) -> str:
+    """What is known of one replica fewer than the answer, in words."""
+    n = fleet.replicas - 1
+    said = fleet.below_verdict
+    if said == "none":
+        return "one replica is the least"
+    if said == "overloaded":
+        return f"{n} under the fluid bound"
+    if said == "misses":
+        return f"{n} shown to miss"
+    if said == "unstable":
+        return f"{n} shown unstable"
+    if said == "open":
+        miss = fleet.shown_to_miss
+        known = (f"{miss} shown to miss" if miss >= fleet.fluid_min
+                 else f"{miss} under the fluid bound")
+        return f"{n} open: not decided, may meet; {known}"
+    return f"{n} {said}"
 
 
 # --------------------------------------------------------------------------- main
@@ -842,6 +1073,43 @@ def _executor(s: Settings):
     return parallel.local_pool(s.workers), lambda: None
 
 
+class _Stopped(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM arrived while ``plan`` ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """Within the block SIGINT and SIGTERM raise :class:`_Stopped`; on the way out of
+    it the shared pool's workers are terminated (:func:`servingcap.parallel.stop_pool`),
+    so no worker keeps simulating for a plan nobody waits for."""
+    from . import parallel
+
+    def stop(signum, frame):
+        raise _Stopped(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    saved = {}
+    if main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    except KeyboardInterrupt:
+        parallel.stop_pool()
+        raise _Stopped(signal.SIGINT) from None
+    except BaseException:
+        parallel.stop_pool()
+        raise
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
 def main(argv=None) -> int:
     from .planning import plan
 
@@ -859,11 +1127,18 @@ def main(argv=None) -> int:
         return 2
     bar = _Progress(s.progress)
     try:
-        result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
-                      limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
-                      seed=s.seed, rtol=s.rtol, confidence=s.confidence, budget=s.budget,
-                      holds=s.holds, max_replicas=s.max_replicas, executor=executor,
-                      progress=bar)
+        with _stopped_by_signals():
+            result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
+                          limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
+                          seed=s.seed, rtol=s.rtol, confidence=s.confidence,
+                          budget=s.budget, delta=s.delta, holds=s.holds, max_replicas=s.max_replicas,
+                          executor=executor, progress=bar)
+    except _Stopped as stop:
+        bar.close()
+        close()
+        print(f"{PROG} plan: stopped by {stop.name}; its pool workers were stopped too",
+              file=sys.stderr)
+        return 128 + stop.signum
     except ValueError as exc:
         bar.close()
         close()
@@ -873,6 +1148,13 @@ def main(argv=None) -> int:
     bar.close()
     close()
     print(render(s, result))
+    if s.output is not None:
+        try:
+            write_output(s, result)
+        except OSError as exc:
+            print(f"{PROG} plan: error: --output {s.output!r} could not be written ({exc})",
+                  file=sys.stderr)
+            return 2
     return 0
 
 

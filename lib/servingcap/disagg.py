@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from . import _check
+from .routers import DEFAULT_ROUTER
 from .serving import OUTCOMES, Replica, StepDetail, detailed, simulate
 
 __all__ = ["kv_bytes_per_token", "kv_transfer_s", "decode_pool_replica",
@@ -129,7 +130,7 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
                            kv_bytes_per_token: float = 0.0,
                            link_bytes_per_s: float = math.inf,
                            link_latency_s: float = 0.0,
-                           router: str = "least_loaded", policy: str = "fcfs",
+                           router: str = DEFAULT_ROUTER, policy: str = "fcfs",
                            seed=None, until_s: float | None = None) -> pd.DataFrame:
     """Replay ``requests`` through a prefill pool, a KV transfer and a decode pool.
 
@@ -167,7 +168,9 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
         include the transfer and the decode pool's queue in the gap between the first
         and the second token.
     """
-    prefill_replica = Replica() if prefill_replica is None else prefill_replica
+    # a prefill pool runs whole prompts (DistServe's prefill instances batch them whole):
+    # there are no decodes to protect, so nothing to chunk for
+    prefill_replica = Replica(mode="combined") if prefill_replica is None else prefill_replica
     decode_replica = Replica() if decode_replica is None else decode_replica
     for name, value in (("prefill_replica", prefill_replica), ("decode_replica", decode_replica)):
         if not isinstance(value, Replica):

@@ -14,7 +14,7 @@ The recipe, in the order a planner applies it:
    counts for the smallest fleet whose simulated p99 TTFT and TPOT meet the SLOs.
 
 Also here: :func:`routed_waits`, a fast queue-level simulator of replicas with slots
-behind each of the serving simulator's routers; :func:`slot_requests` and
+behind the serving simulator's routers that need no token state; :func:`slot_requests` and
 :func:`slot_replica`, the *slot model* that makes the serving simulator hold each
 request in a slot for ``T_hold`` whatever else runs (prefill and batch effects
 removed, so only slots and routing remain); :func:`gpu_busy`, the per-replica GPU time
@@ -39,12 +39,15 @@ import pandas as pd
 
 from . import _check
 from .queues import MMc, erlang_c, halfin_whitt_prob_wait, sqrt_staffing
+from .routers import DEFAULT_ROUTER, check_router
 from .serving import Replica
 from .sim import fcfs_waits, poisson_arrivals
 
-#: Routers of the queue-level simulator :func:`routed_waits` (a subset of the serving
-#: simulator's :data:`servingcap.serving.ROUTERS`, with the same meanings).
-ROUTERS = ("pooled", "least_loaded", "least_requests", "random", "round_robin")
+#: Routers of the queue-level simulator :func:`routed_waits`: those of the serving
+#: simulator (:data:`servingcap.routers.ROUTERS`, same meanings) that need no token or
+#: prefix state; the default first.
+ROUTERS = ("jsq", "least_requests", "power_of_two", "random", "round_robin", "pooled",
+           "oracle_work")
 
 __all__ = [
     "ROUTERS", "FleetSizing", "size_fleet", "pooled_queue", "split_queue", "GpuBusy", "gpu_busy",
@@ -61,7 +64,7 @@ def pooled_queue(arrival_rate: float, hold_s: float, slots_per_replica: int,
                  replicas: int) -> MMc:
     """All slots of the fleet behind one queue: M/M/(replicas * slots) at ``arrival_rate``.
 
-    What a pooled (or, nearly, a least-loaded) router achieves. Raises
+    What a pooled (or, nearly, a join-the-shortest-queue) router achieves. Raises
     :class:`~servingcap.UnstableQueueError` when ``arrival_rate * hold_s`` >= total slots.
     """
     lam = _check.positive("arrival_rate", arrival_rate)
@@ -148,7 +151,7 @@ class FleetSizing:
 
     @property
     def pooled(self) -> MMc:
-        """The ordered fleet's slots behind one queue (pooled / least-loaded routing)."""
+        """The ordered fleet's slots behind one queue (pooled / join-the-shortest-queue routing)."""
         return pooled_queue(self.arrival_rate, self.hold_s, self.slots_per_replica,
                             self.replicas)
 
@@ -272,7 +275,7 @@ def gpu_busy(arrival_rate: float, replicas: int, prefill_s: float, output_tokens
 
 
 def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica: int,
-                 router: str = "pooled", rng=None) -> np.ndarray:
+                 router: str = DEFAULT_ROUTER, rng=None) -> np.ndarray:
     """Queue waits (s) of requests routed to ``replicas`` FCFS replicas of ``slots`` each.
 
     A fast queue-level counterpart of :func:`servingcap.serving.simulate` in its slot
@@ -284,16 +287,21 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
         Arrival instants (s, non-decreasing) and slot holding times (s, >= 0).
     replicas, slots_per_replica : int
         Fleet shape, each >= 1.
-    router : {"pooled", "least_loaded", "least_requests", "random", "round_robin"}
-        ``pooled``: one queue for every slot (M/M/c with c = replicas x slots);
-        ``least_loaded``: each arrival joins the replica with the least outstanding work,
-        the slot-seconds still to serve of the requests waiting or in service there (the
-        serving simulator's ``least_loaded`` counts the same work in tokens);
-        ``least_requests``: the replica with the fewest requests waiting or in service;
-        ties go to the lowest index, then the request waits there FCFS;
-        ``random``: a uniformly random replica; ``round_robin``: replicas in turn.
+    router : str
+        One of :data:`ROUTERS`, with the serving simulator's meanings (ties go to the
+        lowest index; then the request waits there FCFS). Realistic:
+        ``jsq`` (default): a replica with a free slot first (the most free), else
+        the shortest queue (here, with no memory limit, the same order as
+        ``least_requests``); ``least_requests``: the fewest requests waiting or in
+        service; ``power_of_two``: two distinct replicas at random, the one with fewer
+        requests; ``random``; ``round_robin``. Bounds: ``pooled``, one queue for every
+        slot (M/M/c with c = replicas x slots); ``oracle_work``, the least outstanding
+        work, the slot-seconds still to serve there, known in advance (the serving
+        simulator counts the same work in tokens). The serving simulator's
+        ``endpoint_picker``, ``cache_aware``, ``kv_cost`` and ``affinity`` read KV and
+        prefix state that a slot has not: they raise ValueError here.
     rng : numpy.random.Generator or seed
-        Used by the random router.
+        Used by the random and power_of_two routers.
 
     Returns
     -------
@@ -304,8 +312,10 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
     s = _check.array("service_times", service_times, nonnegative_values=True)
     n = _check.whole("replicas", replicas)
     slots = _check.whole("slots_per_replica", slots_per_replica)
+    check_router(router)
     if router not in ROUTERS:
-        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
+        raise ValueError(f"router {router!r} reads KV or prefix state the slot model has not: "
+                         f"use servingcap.serving.simulate, or one of {ROUTERS}")
     if a.shape != s.shape:
         raise ValueError(
             f"arrival_times and service_times must have the same length, got {a.size} and {s.size}")
@@ -322,11 +332,15 @@ def routed_waits(arrival_times, service_times, replicas: int, slots_per_replica:
             if mine.any():
                 waits[mine] = fcfs_waits(a[mine], s[mine], servers=slots)
         return waits
-    return _join_least(a, s, n, slots, by_work=router == "least_loaded")
+    draw = _check.generator("rng", rng) if router == "power_of_two" else None
+    return _join_least(a, s, n, slots, router, draw)
 
 
-def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool) -> np.ndarray:
-    """Join-the-least router: by outstanding work (slot-seconds) or by request count.
+def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, router: str,
+                rng) -> np.ndarray:
+    """Join-the-least routers: by outstanding work (slot-seconds, ``oracle_work``), by
+    request count (``least_requests``, ``power_of_two`` between two), or free slots
+    then queue (``jsq``).
 
     Outstanding work at time ``t`` on a replica is ``sum(f - max(b, t))`` over its
     requests not yet finished (start ``b``, finish ``f``). Within one FCFS replica the
@@ -337,6 +351,7 @@ def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool)
         i = int(np.argmax(np.diff(a) < 0)) + 1
         raise ValueError(
             f"arrival_times must be non-decreasing, got {a[i]!r} after {a[i - 1]!r} at index {i}")
+    by_work = router == "oracle_work"
     waits = np.empty_like(a)
     free = [[-math.inf] * slots for _ in range(n)]   # per replica: heap of slot free times
     leave = [[] for _ in range(n)]                   # per replica: heap of departure times
@@ -361,7 +376,18 @@ def _join_least(a: np.ndarray, s: np.ndarray, n: int, slots: int, by_work: bool)
                 finish_sum[k] = ahead_sum[k] = 0.0
             if by_work:
                 work.append(finish_sum[k] - ahead_sum[k] - arrive * serving[k])
-        k = min(range(n), key=(work if by_work else load).__getitem__)
+        if by_work:
+            k = min(range(n), key=work.__getitem__)
+        elif router == "jsq":
+            k = min(range(n), key=lambda j: (0, load[j] - slots, j) if load[j] < slots
+                    else (1, load[j] - serving[j], j))
+        elif router == "power_of_two" and n > 1:
+            x = int(rng.integers(n))
+            y = int(rng.integers(n - 1))
+            y += y >= x
+            k = min((x, y), key=lambda j: (load[j], j))
+        else:
+            k = min(range(n), key=load.__getitem__)
         earliest = free[k][0]
         start = arrive if arrive > earliest else earliest
         waits[i] = start - arrive
@@ -426,8 +452,11 @@ def slot_replica(slots: int, step_s: float = 0.001) -> Replica:
     Prefill is made negligible (a one-token prompt at 10^12 tokens/s), so a request's
     time in a slot is its number of output tokens times ``step_s``.
     """
+    # combined steps with the additive cost: a one-token prompt costs nothing and never
+    # waits for a token budget, so a slot is held exactly output_tokens steps
     return Replica(prefill_rate=1e12, decode_step_s=_check.positive("step_s", step_s),
-                   max_batch=_check.whole("slots", slots))
+                   max_batch=_check.whole("slots", slots), mode="combined",
+                   step_cost="additive")
 
 
 # --------------------------------------------------------------------------- search
@@ -531,7 +560,7 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
 
 
 def replicated_attainment(runs, limits, target: float = 0.99,
-                          confidence: float = 0.95) -> dict:
+                          confidence: float = 0.95, *, delta: float = 0.0025) -> dict:
     """SLO attainment of independent replications, with its interval and a verdict.
 
     For runs that :mod:`servingcap.planning` cannot make itself (e.g. the two chained
@@ -542,12 +571,14 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     is Student-t across replications (:func:`servingcap.stats.mean_ci`). The p99s are
     those of the kept requests of all replications pooled, as in
     :data:`servingcap.planning.CURVE_COLUMNS` (a mean of per-run p99s would average a
-    failing replication away), with the lowest and highest single-run p99 TTFT as the
-    run-to-run range (not a confidence interval). The
-    verdict is ``"unstable"`` when at least half the runs fail
+    failing replication away), with a sectioning interval around the pooled p99 TTFT
+    (:func:`servingcap.stats.replicated_quantile_ci`; NaN with fewer than 1,000 kept
+    requests in a run). The verdict is ``"unstable"`` when at least half the runs fail
     :func:`servingcap.stats.steady_state` (TTFT judged against the TTFT limit, misses
-    against the share ``1 - target`` allows), else ``meets`` / ``misses`` /
-    ``undecided`` from the interval.
+    against the share ``1 - target`` allows), else ``meets`` / ``misses`` / ``open``
+    from :func:`servingcap.stats.sequential_check` with one look at all the runs given
+    (error at most ``1 - confidence`` outside ``target +- delta``; ``open`` is not a
+    miss: add replications).
 
     Parameters
     ----------
@@ -559,15 +590,18 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     target : float
         Attainment to reach, in (0, 1).
     confidence : float
-        Level of the intervals, in (0, 1).
+        Level of the intervals, in (0.5, 1); ``1 - confidence`` bounds the verdict's error.
+    delta : float
+        Half-width of the indifference zone around ``target`` (a fraction, default
+        0.0025: a quarter of a percentage point).
 
     Returns
     -------
     dict
         ``attainment``, ``attainment_low``, ``attainment_high`` (fractions),
         ``ttft_p99_s`` and ``tpot_p99_s`` (s, p99 of all replications' kept requests
-        pooled), ``ttft_p99_low`` / ``ttft_p99_high`` (s, the lowest / highest p99 TTFT
-        of one replication), ``requests`` (kept requests, all replications together),
+        pooled), ``ttft_p99_low`` / ``ttft_p99_high`` (s, sectioning interval around
+        the pooled p99 TTFT), ``requests`` (kept requests, all replications together),
         ``misses`` (how many of them missed a limit), ``replications``, ``run_s`` (mean
         simulated seconds after warm-up), ``verdict``.
     """
@@ -575,6 +609,10 @@ def replicated_attainment(runs, limits, target: float = 0.99,
 
     goal = _check.probability("target", target)
     conf = _check.probability("confidence", confidence)
+    if conf <= 0.5:
+        raise ValueError(f"confidence must be > 0.5 (1 - confidence is the verdict's "
+                         f"error), got {confidence!r}")
+    zone = _check.positive("delta", delta)
     if isinstance(runs, pd.DataFrame) or not isinstance(runs, (list, tuple)) or not runs:
         raise ValueError(f"runs must be a non-empty list of per-request DataFrames, "
                          f"got {type(runs).__name__}")
@@ -608,18 +646,27 @@ def replicated_attainment(runs, limits, target: float = 0.99,
                     float(np.quantile(ttft[cut:], 0.99, method="inverted_cdf")),
                     float(arrival[-1] - arrival[cut]), steady,
                     ttft[cut:], tpot[cut:], ok[cut:]))
-    attain = stats.mean_ci([p[0] for p in per], conf)
+    units = [p[0] for p in per]
+    decision = stats.sequential_check(units, goal, cap=max(len(units), 2),
+                                      first=max(len(units), 2), delta=zone,
+                                      alpha=1.0 - conf, confidence=conf)
+    attain = decision.estimate
     unstable = 2 * sum(not p[3] for p in per) >= len(per)
     kept_ok = np.concatenate([p[6] for p in per])
+    parts = [p[4] for p in per]
+    if len(parts) >= 2 and min(x.size for x in parts) * 0.01 >= stats.MIN_TAIL:
+        p99 = stats.replicated_quantile_ci(parts, 0.99, conf)
+        p99_low, p99_high = p99.low, p99.high
+    else:
+        p99_low = p99_high = math.nan
     return {"attainment": attain.value, "attainment_low": max(attain.low, 0.0),
             "attainment_high": min(attain.high, 1.0),
             "ttft_p99_s": _pooled_p99([p[4] for p in per]),
-            "ttft_p99_low": min(p[1] for p in per),
-            "ttft_p99_high": max(p[1] for p in per),
+            "ttft_p99_low": p99_low, "ttft_p99_high": p99_high,
             "tpot_p99_s": _pooled_p99([p[5] for p in per]),
             "requests": int(kept_ok.size), "misses": int((~kept_ok).sum()),
             "replications": len(per), "run_s": float(np.mean([p[2] for p in per])),
-            "verdict": "unstable" if unstable else attain.decide(goal)}
+            "verdict": "unstable" if unstable else decision.verdict}
 
 
 def _pooled_p99(parts) -> float:

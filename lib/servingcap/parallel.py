@@ -27,14 +27,17 @@ import atexit
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from . import _check
 
-__all__ = ["AUTO", "run_all", "resolve", "default_workers", "max_workers", "local_pool"]
+__all__ = ["AUTO", "run_all", "resolve", "default_workers", "max_workers", "local_pool",
+           "stop_pool"]
 
 AUTO = "auto"
 """The default ``executor``: the shared local process pool (see the module docstring)."""
@@ -74,9 +77,48 @@ def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
         _shutdown()
         method = ("fork" if threading.active_count() == 1
                   and "fork" in multiprocessing.get_all_start_methods() else "spawn")
-        _POOL = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method))
+        _POOL = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context(method),
+                                    initializer=_worker_start, initargs=(os.getpid(),))
         _POOL_WORKERS = n
     return _POOL
+
+
+PARENT_POLL_S = 0.5
+"""How often a pool worker checks that the process that started it is still alive (s)."""
+
+
+def _worker_start(parent: int) -> None:
+    """Run in every pool worker as it starts: a worker must not outlive its parent.
+
+    A parent stopped by SIGTERM or SIGKILL runs no cleanup, and its workers would finish
+    (and take) every task already queued to them: minutes of CPU for nobody. A daemon
+    thread polls the parent's pid every :data:`PARENT_POLL_S` and ends the worker
+    (``os._exit``) once the worker has been re-parented. Ctrl-C is the parent's to
+    handle (it stops the pool with :func:`stop_pool`): workers ignore SIGINT, so the
+    terminal's process-group SIGINT prints no traceback from each of them.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="servingcap-parent-watch", daemon=True).start()
+
+
+def stop_pool() -> None:
+    """Stop the shared local pool at once: terminate its workers (their running tasks
+    are lost) and drop it; the next ``"auto"`` call starts a new one. For a program
+    interrupted mid-run (Ctrl-C, SIGTERM); a normal exit waits for the workers instead."""
+    global _POOL
+    pool, _POOL = _POOL, None
+    if pool is None:
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _shutdown() -> None:

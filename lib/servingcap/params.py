@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _check
-from .llm import decode_step_time
+from .llm import decode_step_time, fused_token_budget
 
 __all__ = ["ServingParams", "LOCKED"]
 
@@ -88,6 +88,33 @@ class ServingParams:
         table = self.decode_step_table
         return _table_step_s(b, np.array(list(table), dtype=float),
                             np.array(list(table.values()), dtype=float))
+
+    @property
+    def weight_read_s(self) -> float:
+        """Fixed part of every step (s): the decode curve extended to batch 0 along the
+        line through its two smallest points (10 ms for the locked curve), read as the
+        time to stream the weights once. Below ``weight_read_s * prefill_rate`` tokens
+        a fused step's linear ops are memory-bound (see :func:`servingcap.llm.fused_step_s`)."""
+        points = dict(self.decode_curve)
+        scale = self.decode_step_s / decode_step_time(self.decode_batch, points)
+        (b0, t0), (b1, t1) = sorted(points.items())[:2]
+        intercept = scale * (t0 - (t1 - t0) / (b1 - b0) * b0)
+        return float(min(max(intercept, 1e-6), scale * t0))
+
+    @property
+    def ridge_tokens(self) -> float:
+        """Tokens per step at which a fused step's linear ops turn compute-bound
+        (``weight_read_s * prefill_rate``: 80 for the locked numbers)."""
+        return self.weight_read_s * self.prefill_rate
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens per step (decodes plus prefill chunk) whose fused pass keeps a full
+        batch (``decode_batch`` decodes) inside the TPOT objective: the default
+        ``max_batched_tokens`` of the book's replica (240 for the locked numbers,
+        :func:`servingcap.llm.fused_token_budget`)."""
+        return fused_token_budget(self.tpot_slo_s, self.decode_step_s, self.weight_read_s,
+                                  self.prefill_rate, self.decode_batch)
 
     @property
     def prefill_s(self) -> float:

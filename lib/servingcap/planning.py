@@ -7,12 +7,16 @@ answer as an estimate with its interval (:mod:`servingcap.stats`):
 - :func:`evaluate` simulates one (rate, fleet) point as independent replications and
   returns SLO attainment with a confidence interval, goodput, p99s, the run length
   after warm-up, the number of replications and a verdict: ``meets`` / ``misses``
-  when the interval excludes the target, ``undecided`` when the replication budget ran
-  out first, ``unstable`` when the runs have no steady state.
-- :func:`capacity_search` finds the largest rate that *meets* (bisection that decides
-  each probe by its interval; the fluid throughput bound caps the bracket);
+  decided sequentially with an indifference zone
+  (:func:`servingcap.stats.sequential_check`),
+  ``open`` when the replication budget ran out first (never counted as a miss),
+  ``unstable`` when the runs have no steady state.
+- :func:`capacity_search` brackets the capacity between the largest rate shown to
+  *meet* and the smallest shown to *miss* (bisection on decided probes; open probes are
+  kept between the two; the fluid throughput bound caps the bracket);
   :func:`goodput_curve` evaluates a grid of rates and :func:`curve_knee` reads it.
-- :func:`smallest_fleet` searches replica counts (never below the fluid bound) and
+- :func:`smallest_fleet` finds the smallest replica count shown to meet (never below
+  the fluid bound), with the count below it shown to miss or reported open, and
   :func:`plan` strings the steps together: it is what ``python -m servingcap plan``
   prints.
 
@@ -24,10 +28,19 @@ How a point is simulated (the *design*):
 - **Warm-up.** Every run starts empty; the cut is MSER-5 on the other replications'
   average TTFT series (:func:`servingcap.stats.warmup_cuts`). Only requests after it
   count.
-- **Replications and intervals.** ``min(4, budget)`` replications first, then doubling
-  up to ``budget`` while the interval straddles the target. The attainment interval is
-  a Student-t interval across replications (one attainment per replication, since the
-  requests of one run are correlated); a single replication falls back to batch means.
+- **Replications and verdicts.** ``min(10, budget)`` replications first (the first
+  look), then doubling, up to ``budget``, until the sequential check decides
+  (:func:`servingcap.stats.sequential_check`, repeated t-intervals with a Bonferroni
+  split of the error across the looks, on one attainment per replication): ``meets`` /
+  ``misses`` are wrong with probability at most ``1 - confidence`` when the true
+  attainment lies outside ``target +- delta`` (default ``delta`` a quarter of a
+  percentage point); a point still undecided at ``budget`` is ``open``. (Batur & Kim's
+  fully sequential check, :func:`servingcap.stats.feasibility`, stays open far from
+  the target when the replications vary a lot, as they do past a knee.) A single
+  replication (a short trace) is decided on 10 batch means of its misses instead. The
+  attainment interval printed is a Student-t interval across replications (the
+  requests of one run are correlated); the p99 interval is sectioning around the pooled
+  p99 (:func:`servingcap.stats.replicated_quantile_ci`).
 - **Common random numbers.** Replication *i* uses the same seed (requests, random
   router) at every fleet size and rate, so sizes and rates are compared on the same
   traffic. A :class:`PoissonWorkload` draws fresh requests per replication; a fixed
@@ -54,6 +67,7 @@ import pandas as pd
 from . import _check, parallel, stats
 from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
+from .routers import DEFAULT_ROUTER
 from .serving import Replica, StepDetail, check_fleet, simulate
 from .traffic import mean_rate, rescale_to_rate
 
@@ -67,25 +81,32 @@ __all__ = [
 CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps",
                  "goodput_low", "goodput_high", "attainment", "attainment_low",
                  "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
-                 "tpot_p99_s", "replications", "run_s", "requests", "warmup_s",
-                 "verdict", "meets")
+                 "tpot_p99_s", "replications", "needed", "run_s", "requests",
+                 "warmup_s", "verdict", "meets")
 """Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
 confidence interval, except for the latencies: ``ttft_p99_s`` and ``tpot_p99_s`` are the
 p99 of the kept requests of *all* replications pooled (the companion of the attainment,
 which pools them too, so a replication that fails shows in the p99 instead of being
-averaged away), and ``ttft_p99_low`` / ``ttft_p99_high`` the lowest and highest p99 of a
-single replication (the run-to-run range; the pooled p99 lies inside it). Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
+averaged away), and ``ttft_p99_low`` / ``ttft_p99_high`` the ends of a sectioning
+interval *around that pooled p99* (:func:`servingcap.stats.replicated_quantile_ci`: the
+spread of each replication's p99 about it); NaN when there is one replication or a
+replication holds fewer than 1,000 kept requests (too few beyond its p99 for
+sectioning). Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
 *finishing* (and meeting the limits) inside the kept arrival window, from one hold time
 after its start (the batches fill) to its last arrival, per second of it.
-``run_s`` and ``requests`` are the simulated seconds and requests per replication
-*after* warm-up; ``warmup_s`` the seconds deleted; ``verdict`` one of
-:data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
+``replications`` are those simulated; ``needed`` is how many the sequential check is
+sure to decide by (from the first stage's variance: compare it with ``replications``
+for an ``open`` point). ``run_s`` and ``requests`` are the simulated seconds and
+requests per replication *after* warm-up; ``warmup_s`` the seconds deleted;
+``verdict`` one of :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
 
-VERDICTS = ("meets", "misses", "undecided", "unstable")
-"""``meets``/``misses``: the attainment interval is above/below the target;
-``undecided``: it still straddles the target after the replication budget;
+VERDICTS = ("meets", "misses", "open", "unstable")
+"""``meets``/``misses``: the sequential check (:func:`servingcap.stats.sequential_check`)
+decided the attainment is at/above or below the target, each with error at most
+``1 - confidence`` outside ``target +- delta``; ``open``: not decided within the
+replication budget (report its interval; it is *not* a miss);
 ``unstable``: at least half the replications have no steady state
 (:func:`servingcap.stats.steady_state` on each run's TTFT series and on its series of
 SLO misses), so no attainment is claimed."""
@@ -276,8 +297,15 @@ def _limits(limits) -> dict:
     for column, limit in limits.items():
         if not isinstance(column, str):
             raise ValueError(f"limits keys must be column names (str), got {column!r}")
+        if limit is not True and column not in _LIMIT_COLUMNS:
+            raise ValueError(f"limits key {column!r} is not a latency column of the "
+                             f"simulation; allowed: {', '.join(_LIMIT_COLUMNS)}")
         clean[column] = True if limit is True else _check.positive(f"limits[{column!r}]", limit)
     return clean
+
+
+_LIMIT_COLUMNS = ("ttft_s", "tpot_s", "max_gap_s", "e2e_s")
+"""Latency columns of :func:`servingcap.serving.simulate` a ``limits`` entry may bound (s)."""
 
 
 def _seed(seed) -> int:
@@ -332,22 +360,36 @@ class _Design:
     min_requests: int
     seed: int
     executor: object
+    delta: float = stats.INDIFFERENCE
 
     @property
-    def initial(self) -> int:
-        return min(4, self.budget)
+    def alpha(self) -> float:
+        """Error probability of a meets/misses verdict outside the indifference zone."""
+        return 1.0 - self.confidence
+
+    def first(self, available: int) -> int:
+        """First-stage replications of the sequential check at a point."""
+        return min(stats.FIRST_STAGE, available)
 
 
-def _design(confidence, budget, holds, min_requests, seed, executor) -> _Design:
+def _design(confidence, budget, holds, min_requests, seed, executor,
+            delta=stats.INDIFFERENCE) -> _Design:
     conf = _check.probability("confidence", confidence)
+    if conf <= 0.5:
+        raise ValueError(f"confidence must be > 0.5 (a verdict's error 1 - confidence must "
+                         f"be below a coin's), got {confidence!r}")
     parallel.resolve(executor)              # raises ValueError naming executor
     least = _check.whole("min_requests", min_requests, minimum=100)
     if least > MAX_REQUESTS_PER_RUN:
         raise ValueError(f"min_requests must be <= {MAX_REQUESTS_PER_RUN:,} (the most one "
                          f"replication simulates), got {min_requests!r}")
+    zone = _check.positive("delta", delta)
+    if zone >= 0.5:
+        raise ValueError(f"delta must be < 0.5 (a half-width of attainment, a fraction), "
+                         f"got {delta!r}")
     return _Design(confidence=conf, budget=_check.size("budget", budget),
                    holds=_check.positive("holds", holds), min_requests=least,
-                   seed=_seed(seed), executor=executor)
+                   seed=_seed(seed), executor=executor, delta=zone)
 
 
 @dataclass(frozen=True)
@@ -421,6 +463,8 @@ def hold_time(requests, replica: Replica) -> float:
 
 def _fluid(frame: pd.DataFrame, replica: Replica, replicas: int) -> float:
     prompt, output = _mean_tokens(frame)
+    if replica.step_time is None:            # the built-in cost's own (fused: lower) bound
+        return replicas / float(replica.full_batch_work_s(prompt, output))
     prefill = _step_cost(replica, prompt, 0, 0.0)
     step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
     per_request = prefill + max(output - 1.0, 0.0) * step / replica.max_batch
@@ -457,14 +501,15 @@ _EXACT_CHUNKS = 1_000       # idle prefill is summed chunk by chunk up to this m
 def _idle_prefill(replica: Replica, prompt: int) -> float:
     """Seconds to prefill ``prompt`` tokens alone on ``replica``, chunk by chunk.
 
-    The default cost model charges ``tokens / prefill_rate`` per step, so the sum is
-    ``prompt / prefill_rate`` however it is chunked. A custom ``step_time`` is summed
+    The built-in cost is summed by ``Replica.idle_prefill_s`` (additive: ``prompt /
+    prefill_rate`` however it is chunked; fused: each chunk at least one weight read),
+    in the mode's chunks (``Replica.idle_chunk_tokens``). A custom ``step_time`` is summed
     exactly (each chunk at its cached context) up to 1,000 chunks; beyond that the full
     chunks are costed at an evenly spaced sample of 1,000 positions (bounded time).
     """
     if replica.step_time is None:
-        return prompt / replica.prefill_rate
-    chunk = replica.chunk_tokens or prompt
+        return float(replica.idle_prefill_s(prompt))
+    chunk = min(replica.idle_chunk_tokens, prompt)
     full, rest = divmod(prompt, chunk)
     weight = 1.0
     if full > _EXACT_CHUNKS:
@@ -617,11 +662,24 @@ def _interval(values, confidence) -> stats.Estimate:
     if not np.isfinite(finite).all():
         v = float(np.mean(finite))
         return stats.Estimate(v, v, v, confidence, finite.size, "not finite")
+    if finite.size < 2:        # an interval needs two independent replications: NaN ends
+        return stats.Estimate(float(finite.mean()), math.nan, math.nan, confidence,
+                              finite.size, "one replication: no interval (needs 2 or more)")
     return stats.mean_ci(finite, confidence)
 
 
-def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
-    """The evaluation row from replications (warm-up cut, intervals, verdict)."""
+def _pooled_interval(parts: list[np.ndarray], confidence: float) -> tuple[float, float]:
+    """Sectioning interval around the pooled p99 (NaN, NaN when not computable)."""
+    if len(parts) < 2 or min(p.size for p in parts) * 0.01 < stats.MIN_TAIL:
+        return math.nan, math.nan
+    ci = stats.replicated_quantile_ci(parts, 0.99, confidence)
+    return ci.low, ci.high
+
+
+def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -> dict:
+    """The evaluation row from replications (warm-up cut, intervals, verdict); ``stage``
+    and ``cap`` are the first and last looks of the sequential check, fixed before any
+    replication ran."""
     conf = s.design.confidence
     short = min(r["arrival"].size for r in runs) < _MIN_SERIES
     cuts = [0] * len(runs) if short else stats.warmup_cuts([_signal(r) for r in runs])
@@ -647,26 +705,38 @@ def _summarize(runs: list[dict], s: _Setup, rate: float) -> dict:
                     "steady": short or _steady(run, s)})
     table = pd.DataFrame(per)
     kept = [min(c, r["arrival"].size - 2) for r, c in zip(runs, cuts, strict=True)]
-    pooled_ttft = _p99(np.concatenate([r["ttft"][c:] for r, c in zip(runs, kept)]))
-    pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept)]))
-    if len(runs) >= 2:
-        attain = stats.mean_ci(table["attainment"], conf)
+    ttft_parts = [r["ttft"][c:] for r, c in zip(runs, kept, strict=True)]
+    pooled_ttft = _p99(np.concatenate(ttft_parts))
+    pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept,
+                                                                     strict=True)]))
+    ttft_low, ttft_high = _pooled_interval(ttft_parts, conf)
+    design = s.design
+    if len(runs) >= 2 or short:
+        units = table["attainment"].to_numpy(dtype=float)
     else:
-        cut = min(cuts[0], runs[0]["arrival"].size - 2)
-        kept = runs[0]["ok"][cut:].astype(float)
-        attain = (stats.mean_ci([kept.mean()], conf) if short       # no interval: undecided
-                  else stats.batch_means_ci(kept, conf))
+        # one replication (a short trace): its misses in 10 consecutive batches are the
+        # units (batch means), all in at once, so the first stage is all of them
+        ok = runs[0]["ok"][kept[0]:].astype(float)
+        size = ok.size // 10
+        units = (ok[ok.size - 10 * size:].reshape(10, size).mean(axis=1) if size
+                 else np.array([ok.mean()]))
+        stage = cap = 10
+    stage = max(stage, 2)
+    decision = stats.sequential_check(units, s.target, cap=max(cap, stage),
+                                      delta=design.delta, alpha=design.alpha, first=stage,
+                                      confidence=conf)
+    attain = decision.estimate
     good = _interval(table["goodput"], conf)
     unstable = (~table["steady"]).sum() * 2 >= len(runs)
-    verdict = "unstable" if unstable else attain.decide(s.target)
+    verdict = "unstable" if unstable else decision.verdict
     return {"rate_rps": rate, "throughput_rps": float(table["throughput"].mean()),
             "ttft_goodput_rps": float(table["ttft_goodput"].mean()),
             "goodput_rps": good.value, "goodput_low": good.low, "goodput_high": good.high,
             "attainment": attain.value, "attainment_low": max(attain.low, 0.0),
             "attainment_high": min(attain.high, 1.0), "ttft_p99_s": pooled_ttft,
-            "ttft_p99_low": float(table["ttft_p99"].min()),
-            "ttft_p99_high": float(table["ttft_p99"].max()),
+            "ttft_p99_low": ttft_low, "ttft_p99_high": ttft_high,
             "tpot_p99_s": pooled_tpot, "replications": len(runs),
+            "needed": int(decision.needed),
             "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
             "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,
             "meets": verdict == "meets"}
@@ -689,8 +759,12 @@ def _run_length(s: _Setup, rate: float) -> int:
 
 
 def _point(s: _Setup, rate: float, replicas: int) -> dict:
-    """Evaluate (rate, replicas): replications until the interval decides or the budget
-    (or a trace's blocks) runs out."""
+    """Evaluate (rate, replicas): replications until the sequential check decides, the
+    runs are unstable, or the budget (or a trace's blocks) runs out (then ``open``).
+
+    The looks of :func:`servingcap.stats.sequential_check` are fixed before the first
+    replication: ``min(10, available)``, then doubling, then ``available`` (the budget,
+    or a trace's blocks); each look's replications run at once (in parallel)."""
     n = _run_length(s, rate)
     design = s.design
     available = design.budget
@@ -701,21 +775,23 @@ def _point(s: _Setup, rate: float, replicas: int) -> dict:
     seeds = stats.replication_seeds(design.seed, design.budget)
     spec = _ReplicaSpec(s.replica)
     runs: list[dict] = []
-    want = min(design.initial, available)
-    while True:
+    first = design.first(available)
+    looks = stats.look_schedule(first, available) if first >= 2 else [available]
+    for want in looks:
         tasks = [(s.source, spec, rate, n, i, seeds[i], replicas, s.router, s.policy, s.limits)
                  for i in range(len(runs), want)]
         runs += parallel.run_all(_run_one, tasks, design.executor)
-        row = _summarize(runs, s, rate)
-        if row["verdict"] != "undecided" or len(runs) >= available:
-            return row
-        want = min(available, 2 * len(runs))
+        row = _summarize(runs, s, rate, first, available)
+        if row["verdict"] != "open":
+            break
+    return row
 
 
 def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
-             router: str = "least_loaded", policy: str = "fcfs", limits=None,
+             router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
              target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
-             holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO) -> dict:
+             delta: float = stats.INDIFFERENCE, holds: float = 20.0,
+             min_requests: int = 2000, executor=parallel.AUTO) -> dict:
     """Simulate ``requests`` at ``rate`` on ``replicas`` replicas, as replications.
 
     Parameters
@@ -735,9 +811,15 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     seed : int
         Root of the replications' seeds (:func:`servingcap.stats.replication_seeds`).
     confidence : float
-        Level of every interval, in (0, 1).
+        Level of every interval, in (0.5, 1); ``1 - confidence`` is also the error
+        probability of a meets/misses verdict outside the indifference zone.
     budget : int
-        Most replications at the point, >= 1.
+        Most replications at the point, >= 1 (the sequential check's cap: a point not
+        decided by then is ``open``).
+    delta : float
+        Half-width of the indifference zone around ``target`` (attainment, a fraction;
+        default 0.0025, a quarter of a percentage point): a true attainment inside
+        ``target +- delta`` may get either verdict.
     holds : float
         Simulated span per replication, in hold times (:func:`hold_time`).
     min_requests : int
@@ -749,9 +831,13 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     -------
     dict
         The :data:`CURVE_COLUMNS`: estimates with interval ends, replications, run
-        length after warm-up, and the verdict.
+        length after warm-up, and the verdict. With one replication (``budget=1``, or a
+        trace holding one block) there is no goodput interval: ``goodput_low`` and
+        ``goodput_high`` are NaN (a second independent replication is what is missing);
+        the attainment interval comes from batch means within the run, or is its whole
+        range [0, 1] (verdict ``"undecided"``) when the run is too short for them.
     """
-    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
     n = _fleet_size(check_fleet(replica, replicas, router, policy))
     return _point(s, _check.positive("rate", rate), n)
@@ -762,11 +848,12 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
 
 @dataclass(frozen=True)
 class CapacityResult:
-    """Largest arrival rate shown to meet the SLO target, and every rate simulated."""
+    """The capacity as an interval: the largest rate shown to meet the SLO target and the
+    smallest shown to miss it, with every rate simulated."""
 
     rate: float
-    """Largest rate whose attainment interval lies at or above the target (requests/s);
-    0.0 if none does."""
+    """Largest rate shown to meet the target (requests/s); 0.0 if none is. The lower end
+    of the capacity."""
     attainment: float
     """Estimated SLO attainment at ``rate`` (mean over replications)."""
     target: float
@@ -783,9 +870,22 @@ class CapacityResult:
 
     @property
     def upper(self) -> float:
-        """Smallest rate tried that was not shown to meet (requests/s), or the fluid bound."""
-        rows = self.evaluations.loc[~self.evaluations["meets"], "rate_rps"]
+        """Smallest rate above :attr:`rate` shown to miss the target (``misses`` or
+        ``unstable``), or the fluid bound when none is (requests/s). The upper end of
+        the capacity; ``open`` rates between the two ends are :attr:`open`."""
+        table = self.evaluations
+        shown = table["verdict"].isin(["misses", "unstable"]) & (table["rate_rps"] > self.rate)
+        rows = table.loc[shown, "rate_rps"]
         return float(rows.min()) if len(rows) else self.fluid
+
+    @property
+    def open(self) -> list[float]:
+        """Rates between :attr:`rate` and :attr:`upper` left ``open`` (not decided within
+        the replication budget), increasing. They are not misses."""
+        table = self.evaluations
+        inside = ((table["verdict"] == "open") & (table["rate_rps"] > self.rate)
+                  & (table["rate_rps"] < self.upper))
+        return sorted(set(table.loc[inside, "rate_rps"].tolist()))
 
     @property
     def at_rate(self) -> pd.Series:
@@ -795,9 +895,10 @@ class CapacityResult:
 
     @property
     def undecided(self) -> list[float]:
-        """Rates whose interval still straddled the target after the budget."""
+        """Every rate simulated and left ``open`` (the name before verdicts were
+        sequential); see :attr:`open` for those inside the capacity interval."""
         table = self.evaluations
-        return table.loc[table["verdict"] == "undecided", "rate_rps"].tolist()
+        return table.loc[table["verdict"] == "open", "rate_rps"].tolist()
 
     def __str__(self) -> str:
         limits = ", ".join(f"{k} <= {v:g} s" if v is not True else k
@@ -811,28 +912,41 @@ class CapacityResult:
                 f"{self.attainment:.2%} ({row['attainment_low']:.2%} to "
                 f"{row['attainment_high']:.2%}) >= {self.target:.1%} of ({limits}); "
                 f"p99 TTFT {row['ttft_p99_s']:.3g} s, p99 TPOT {tpot}, goodput "
-                f"{row['goodput_rps']:.4g} req/s; not shown at {self.upper:.4g} req/s "
+                f"{row['goodput_rps']:.4g} req/s; capacity between {self.rate:.4g} and "
+                f"{self.upper:.4g} req/s{_open_note(self.open)} "
                 f"({len(self.evaluations)} points, {int(self.evaluations['replications'].sum())} "
                 "replications)")
 
 
+def _open_note(rates: list[float]) -> str:
+    if not rates:
+        return ""
+    shown = ", ".join(f"{r:.4g}" for r in rates)
+    return f" (open at {shown} req/s)"
+
+
 def capacity_search(requests, replica: Replica, *, replicas: int = 1,
-                    router: str = "least_loaded", policy: str = "fcfs", limits=None,
+                    router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
                     target: float = 0.99, lo: float | None = None, hi: float | None = None,
                     rtol: float = 0.02, seed=0, confidence: float = 0.95, budget: int = 16,
-                    holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
+                    delta: float = stats.INDIFFERENCE, holds: float = 20.0,
+                    min_requests: int = 2000, executor=parallel.AUTO,
                     progress: Callable | None = None) -> CapacityResult:
-    """The largest mean arrival rate (requests/s) shown to meet ``target``.
+    """The capacity (requests/s) as an interval: the largest rate shown to meet
+    ``target`` and the smallest shown to miss it.
 
-    Each probe is an :func:`evaluate` point (replications, warm-up cut, interval). A
-    probe *meets* only when its attainment interval lies at or above the target; one
-    that misses, is undecided after ``budget`` replications, or is unstable counts as
-    not meeting, so noise mostly errs low: a probe shown to meet is wrong only with
-    probability about ``(1 - confidence) / 2``, but a search makes several probes, so
-    the answer is an estimate too (a longer run may settle it lower). The bracket's ceiling
-    is the fleet's fluid throughput bound (:func:`fluid_rate`), never simulated; the
-    floor is found by halving from 3/4 of it. Bisection stops when ``hi - lo <= rtol *
-    hi``.
+    Each probe is an :func:`evaluate` point decided sequentially (meets / misses, each
+    wrong with probability at most ``1 - confidence`` outside ``target +- delta``;
+    ``open`` when ``budget`` replications did not decide; ``unstable``, which counts as
+    shown to miss). The bracket is ``lo`` (largest rate shown to meet) < open rates <
+    ``hi`` (smallest shown to miss, at first the fleet's fluid throughput bound
+    (:func:`fluid_rate`), never simulated; the floor is found by halving from 3/4 of
+    it). Each step bisects the wider of the gaps ``lo`` to the lowest open rate and the
+    highest open rate to ``hi`` (the whole bracket while nothing is open), until both
+    are within ``rtol * hi``: an open probe is never taken for a miss. The result's
+    :attr:`CapacityResult.rate` and :attr:`CapacityResult.upper` are the two ends, and
+    :attr:`CapacityResult.open` the open rates between. Several probes are made, each
+    with its error, so the ends are estimates too.
 
     Parameters as in :func:`evaluate`, plus:
 
@@ -850,7 +964,7 @@ def capacity_search(requests, replica: Replica, *, replicas: int = 1,
         For bad input (naming the parameter), a ``lo`` that does not meet, a ``hi`` that
         meets, or limits that no fleet can meet (said before simulating).
     """
-    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
     n = _fleet_size(check_fleet(replica, replicas, router, policy))
     tol = _rtol(rtol)
@@ -865,16 +979,18 @@ def capacity_search(requests, replica: Replica, *, replicas: int = 1,
 
 
 def _capacity(s: _Setup, n: int, tol, lo, hi, progress, known) -> CapacityResult:
-    """Bracket and bisect on decided probes; ``known`` maps rates already evaluated."""
+    """Bracket and bisect on decided probes, keeping open ones between the ends;
+    ``known`` maps rates already evaluated to their rows."""
     rows: list[dict] = []
     fluid = _fluid(s.ref, s.replica, n)
+    opens: list[float] = []
 
-    def meets(rate: float) -> bool:
+    def verdict(rate: float) -> str:
         row = known[rate] if rate in known else _point(s, rate, n)
         rows.append(row)
         if progress is not None and rate not in known:
             progress(row)
-        return row["meets"]
+        return row["verdict"]
 
     def result(rate: float) -> CapacityResult:
         table = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
@@ -883,39 +999,59 @@ def _capacity(s: _Setup, n: int, tol, lo, hi, progress, known) -> CapacityResult
         return CapacityResult(rate=rate, attainment=attainment, target=s.target,
                               replicas=n, limits=s.limits, fluid=fluid, evaluations=table)
 
-    if lo is not None and not meets(lo):
+    if lo is not None and verdict(lo) != "meets":
         raise ValueError(f"lo must be a rate that meets the target, but lo={lo!r} req/s "
                          f"is '{rows[-1]['verdict']}' (attainment {rows[-1]['attainment']:.4g}, "
                          f"target {s.target!r})")
-    if hi is not None and hi < fluid and meets(hi):
-        raise ValueError(f"hi must be a rate that misses the target, but hi={hi!r} req/s "
-                         f"meets it (attainment {rows[-1]['attainment']:.4g} >= {s.target!r})")
+    if hi is not None and hi < fluid:
+        said = verdict(hi)
+        if said == "meets":
+            raise ValueError(f"hi must be a rate that misses the target, but hi={hi!r} "
+                             f"req/s meets it (attainment {rows[-1]['attainment']:.4g} >= "
+                             f"{s.target!r})")
+        if said == "open":
+            opens.append(hi)
+            hi = None
     hi = fluid if hi is None else min(hi, fluid)
     if lo is None:
-        probe = 0.75 * hi
+        probe = 0.75 * min([hi, *opens])
         for _ in range(_MAX_BRACKET_STEPS):
-            if meets(probe):
+            said = verdict(probe)
+            if said == "meets":
                 lo = probe
                 break
-            hi, probe = probe, probe / 2.0
+            if said == "open":
+                opens.append(probe)
+            else:
+                hi = probe
+                opens = [r for r in opens if r < hi]
+            probe = probe / 2.0
         else:
             return result(0.0)
-    while hi - lo > tol * hi:
-        mid = 0.5 * (lo + hi)
-        if meets(mid):
+    while True:
+        inside = [r for r in opens if lo < r < hi]
+        gaps = [(lo, min(inside)), (max(inside), hi)] if inside else [(lo, hi)]
+        a, b = max(gaps, key=lambda g: g[1] - g[0])
+        if b - a <= tol * hi:
+            return result(lo)
+        mid = 0.5 * (a + b)
+        said = verdict(mid)
+        if said == "meets":
             lo = mid
+        elif said == "open":
+            opens.append(mid)
         else:
             hi = mid
-    return result(lo)
 
 
 # --------------------------------------------------------------------------- curve
 
 
 def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replicas: int = 1,
-                  router: str = "least_loaded", policy: str = "fcfs", limits=None,
+                  router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
                   target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
-                  holds: float = 20.0, min_requests: int = 2000, executor=parallel.AUTO,
+                  delta: float = stats.INDIFFERENCE, holds: float = 20.0,
+                  min_requests: int = 2000, executor=parallel.AUTO,
                   progress: Callable | None = None) -> pd.DataFrame:
     """Throughput, goodput, attainment and p99s of the workload at each rate.
 
@@ -924,7 +1060,7 @@ def goodput_curve(requests, replica: Replica, rates: Iterable[float], *, replica
     :data:`CURVE_COLUMNS` (estimates, interval ends, replications, run length after
     warm-up, verdict).
     """
-    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
     n = _fleet_size(check_fleet(replica, replicas, router, policy))
     if isinstance(rates, (str, bytes)) or not isinstance(rates, Iterable):
@@ -1000,8 +1136,8 @@ class FleetResult:
     """Smallest replica count shown to meet the SLO target at one rate."""
 
     replicas: int
-    """Smallest count whose attainment interval lies at or above the target (before
-    spares)."""
+    """Smallest count shown to meet the target (before spares); the count one below is
+    shown to miss, is ``open`` (:attr:`below_verdict`), or is under the fluid bound."""
     rate: float
     """The arrival rate simulated (requests/s)."""
     fluid_min: int
@@ -1016,41 +1152,79 @@ class FleetResult:
         return None if rows.empty else rows.iloc[-1]
 
     @property
-    def undecided(self) -> list[int]:
-        """Sizes whose interval still straddled the target after the budget."""
+    def open(self) -> list[int]:
+        """Sizes simulated and left ``open`` (not decided within the replication budget),
+        increasing. They are not misses."""
         table = self.evaluations
-        return table.loc[table["verdict"] == "undecided", "replicas"].tolist()
+        return sorted(table.loc[table["verdict"] == "open", "replicas"].tolist())
+
+    @property
+    def undecided(self) -> list[int]:
+        """Same as :attr:`open` (the name before verdicts were sequential)."""
+        return self.open
+
+    @property
+    def below_verdict(self) -> str:
+        """What is known of one replica fewer: ``"misses"``, ``"unstable"``, ``"open"``,
+        ``"overloaded"`` (under the fluid bound, not simulated) or ``"none"`` (the
+        answer is 1)."""
+        n = self.replicas - 1
+        if n == 0:
+            return "none"
+        if n < self.fluid_min:
+            return "overloaded"
+        row = self.row(n)
+        return "not simulated" if row is None else str(row["verdict"])
+
+    @property
+    def shown_to_miss(self) -> int:
+        """Largest size below :attr:`replicas` shown to miss (``misses`` / ``unstable``),
+        or ``fluid_min - 1`` (overloaded) when none was simulated."""
+        table = self.evaluations
+        shown = (table["verdict"].isin(["misses", "unstable"])
+                 & (table["replicas"] < self.replicas))
+        return int(table.loc[shown, "replicas"].max()) if shown.any() else self.fluid_min - 1
 
     def __str__(self) -> str:
         reps = int(self.evaluations["replications"].sum())
+        below = self.below_verdict
+        note = {"misses": f"{self.replicas - 1} shown to miss",
+                "unstable": f"{self.replicas - 1} unstable",
+                "open": f"{self.replicas - 1} open, {self.shown_to_miss} shown to miss",
+                "overloaded": f"{self.replicas - 1} under the fluid bound",
+                "none": "one replica suffices"}.get(below, below)
         return (f"{self.replicas} replica(s) meet the target at {self.rate:.4g} req/s "
-                f"(fluid bound needs >= {self.fluid_min}; {len(self.evaluations)} sizes, "
-                f"{reps} replications)")
+                f"({note}; fluid bound needs >= {self.fluid_min}; "
+                f"{len(self.evaluations)} sizes, {reps} replications)")
 
 
-def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
+def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
                    policy: str = "fcfs", limits=None, target: float = 0.99, seed=0,
                    start: int | None = None, max_replicas: int = 4096,
-                   confidence: float = 0.95, budget: int = 16, holds: float = 20.0,
+                   confidence: float = 0.95, budget: int = 16,
+                   delta: float = stats.INDIFFERENCE, holds: float = 20.0,
                    min_requests: int = 2000, executor=parallel.AUTO,
                    progress: Callable | None = None) -> FleetResult:
     """Smallest replica count whose simulated SLO attainment at ``rate`` meets ``target``.
 
     Every size is an :func:`evaluate` point on the same replications (common random
-    numbers); a size *meets* only when its attainment interval lies at or above the
-    target, so an undecided or unstable size counts as not meeting. Sizes below the
-    fluid bound (:func:`fluid_rate` < ``rate``) are overloaded: they are not simulated,
-    and the search starts at ``max(start, fluid_min)``. From there it walks up by
-    doubling steps (or down by halving) until bracketed, then bisects; the size one
-    below the answer is always either simulated (and not meeting) or below the fluid
-    bound, so the answer is the smallest shown to meet.
+    numbers), decided sequentially: ``meets``, ``misses`` (or ``unstable``, shown not to
+    meet) or ``open`` (not decided within ``budget``; never taken for a miss). Sizes
+    below the fluid bound (:func:`fluid_rate` < ``rate``) are overloaded: they are not
+    simulated, and the search starts at ``max(start, fluid_min)``. From there it walks
+    up (or down) by doubling steps until it has a size shown to meet above one shown to
+    miss, with any open sizes between; then it bisects between the highest open size
+    (or the size shown to miss) and the one shown to meet until they are adjacent. The
+    answer is the smallest size shown to meet; the size one below it is shown to miss,
+    is ``open`` (:attr:`FleetResult.below_verdict` says which), or is under the fluid
+    bound.
 
     Parameters as in :func:`evaluate`, plus ``start`` (first size tried) and
     ``max_replicas`` (refuse larger fleets). Raises ``ValueError`` before simulating
     when the fluid bound alone needs more than ``max_replicas``, or no fleet can meet
     the limits (e.g. a prompt whose prefill alone exceeds the TTFT limit).
     """
-    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
     lam = _check.positive("rate", rate)
     cap = _check.whole("max_replicas", max_replicas)
@@ -1073,43 +1247,68 @@ def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
     _run_length(s, lam)                       # refuse an oversized run before simulating
     first = floor if start is None else max(start, floor)
     rows: list[dict] = []
-    seen: dict[int, bool] = {}
+    seen: dict[int, str] = {}
 
-    def meets(n: int) -> bool:
+    def verdict(n: int) -> str:
         if n < floor:
-            return False
+            return "misses"                   # overloaded: not simulated
         if n not in seen:
             row = {"replicas": n, **_point(s, lam, n)}
             rows.append(row)
-            seen[n] = row["meets"]
+            seen[n] = row["verdict"]
             if progress is not None:
                 progress(row)
         return seen[n]
 
-    if meets(first):
+    opens: list[int] = []
+    said = verdict(first)
+    if said == "meets":
         good, bad, step = first, floor - 1, 1
         while good - step >= floor:
-            if not meets(good - step):
+            said = verdict(good - step)
+            if said == "meets":
+                good -= step
+                opens = [m for m in opens if m < good]
+            elif said == "open":
+                opens.append(good - step)
+            else:
                 bad = good - step
                 break
-            good -= step
             step *= 2
     else:
-        bad, step = first, 1
+        bad, step = first - 1, 1
+        if said == "open":
+            opens.append(first)
+        else:
+            bad = first
+        last = first
         while True:
-            n = min(cap, bad + step)
-            if meets(n):
+            n = min(cap, last + step)
+            said = verdict(n)
+            if said == "meets":
                 good = n
                 break
             if n == cap:
                 raise ValueError(f"max_replicas={cap} replicas still do not meet the target "
                                  f"{s.target!r} at {lam:.4g} req/s ({rows[-1]['verdict']}, "
                                  f"attainment {rows[-1]['attainment']:.4g})")
-            bad, step = n, step * 2
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        if meets(mid):
+            if said == "open":
+                opens.append(n)
+            else:
+                bad = n
+            last, step = n, step * 2
+    # narrow the gap just below the answer until it is one replica wide; open sizes are
+    # kept between the size shown to miss and the answer, never counted as misses
+    while True:
+        below = max([bad, *[m for m in opens if bad < m < good]])
+        if good - below <= 1:
+            break
+        mid = (good + below) // 2
+        said = verdict(mid)
+        if said == "meets":
             good = mid
+        elif said == "open":
+            opens.append(mid)
         else:
             bad = mid
     table = pd.DataFrame(rows, columns=["replicas", *CURVE_COLUMNS])
@@ -1118,6 +1317,23 @@ def _fleet(s: _Setup, lam: float, start, cap: int, progress) -> FleetResult:
 
 
 # --------------------------------------------------------------------------- plan
+
+
+def _plain(value):
+    """JSON-ready copy: numpy scalars to Python, Series to dicts, NaN/inf to None."""
+    if isinstance(value, pd.Series):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    return value
 
 
 @dataclass(frozen=True)
@@ -1158,9 +1374,37 @@ class Plan:
         return self.fleet.row(self.fleet.replicas - 1)
 
     @property
+    def capacity_upper(self) -> float:
+        """Smallest rate shown to miss on ``fleet.replicas`` replicas (requests/s), or
+        their fluid bound: the capacity lies between :attr:`CapacityResult.rate` and this."""
+        return self.capacity.upper
+
+    @property
     def headroom(self) -> float:
         """Capacity over planned rate, minus one (0.10 = 10 % growth before it misses)."""
         return self.capacity.rate / self.rate - 1.0
+
+    def to_dict(self) -> dict:
+        """The plan as plain JSON-ready data (requests/s, seconds, replicas): the closed
+        form, the answer with its evaluation row, the row one below, the plan rate, and
+        every simulated point (``fleet_points``, ``capacity_points``; columns
+        :data:`CURVE_COLUMNS`, plus ``replicas``). NaN and infinities become None."""
+        sz = self.sizing
+        return _plain({
+            "rate_rps": self.rate, "hold_s": self.hold_s, "replicas": self.replicas,
+            "serving_replicas": self.fleet.replicas, "spares": self.spares,
+            "closed_form": {"offered_load": sz.offered_load, "slots": sz.slots,
+                            "replicas_for_slots": sz.replicas_for_slots,
+                            "replicas": sz.replicas, "beta": sz.beta},
+            "fluid_min_replicas": self.fleet.fluid_min,
+            "at_size": self.at_size, "below": self.below,
+            "plan_rate_rps": self.capacity.rate, "headroom": self.headroom,
+            "at_plan_rate": self.capacity.at_rate if self.capacity.rate > 0 else None,
+            "confidence": self.confidence, "budget": self.budget,
+            "simulations": self.simulations,
+            "fleet_points": self.fleet.evaluations.to_dict("records"),
+            "capacity_points": self.capacity.evaluations.to_dict("records"),
+        })
 
     @property
     def simulations(self) -> int:
@@ -1170,11 +1414,11 @@ class Plan:
                    - self.at_size["replications"])
 
 
-def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded",
+def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
          policy: str = "fcfs", limits=None, target: float = 0.99, spares: int = 1,
          beta: float = 2.0, seed=0, rtol: float = 0.02, confidence: float = 0.95,
-         budget: int = 16, holds: float = 20.0, min_requests: int = 2000,
-         max_replicas: int = 4096, executor=parallel.AUTO,
+         budget: int = 16, delta: float = stats.INDIFFERENCE, holds: float = 20.0,
+         min_requests: int = 2000, max_replicas: int = 4096, executor=parallel.AUTO,
          progress: Callable | None = None) -> Plan:
     """Size a fleet for ``rate`` and check it by simulation (what ``servingcap plan`` prints).
 
@@ -1186,12 +1430,16 @@ def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded
        (without spares) and the fluid bound.
     3. Capacity: :func:`capacity_search` on that many replicas, from ``rate`` (which
        meets) up to ``rate * (1 + 1.5 / (n - 1))`` or, if that meets too, the fleet's
-       fluid bound, to relative tolerance ``rtol``.
+       fluid bound, to relative tolerance ``rtol``: the plan rate is the largest rate
+       shown to meet, :attr:`Plan.capacity_upper` the smallest shown to miss.
+
+    Every point is decided sequentially (:func:`evaluate`): an ``open`` point is
+    reported as open, never counted as a miss.
 
     Parameters as in :func:`smallest_fleet` and :func:`capacity_search`; ``requests`` a
     request table or a :class:`PoissonWorkload`.
     """
-    design = _design(confidence, budget, holds, min_requests, seed, executor)
+    design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
     lam = _check.positive("rate", rate)
     n_spares = _check.whole("spares", spares, minimum=0)
@@ -1212,7 +1460,7 @@ def plan(requests, replica: Replica, rate: float, *, router: str = "least_loaded
     known = {lam: at_rate, step_up: probe}
     if probe["meets"]:
         capacity = _capacity(s, n, tol, step_up, None, callback, known)
-    else:
+    else:       # shown to miss: the upper end; open: kept between the ends, not a miss
         capacity = _capacity(s, n, tol, lam, step_up, callback, known)
     return Plan(rate=lam, hold_s=s.hold_s, sizing=sizing, fleet=fleet, spares=n_spares,
                 capacity=capacity, confidence=design.confidence, budget=design.budget)

@@ -59,9 +59,10 @@ def _replica(replica) -> Replica:
 def unqueued_e2e_s(requests, replica: Replica | None = None) -> np.ndarray:
     """End-to-end time of each request alone on an idle replica (s): its service time.
 
-    Prefill of the whole prompt (in chunks if the replica chunks), then ``N - 1`` decode
-    steps at batch 1, with no prefix-cache hits. With the default cost model this is
-    ``prompt_tokens / prefill_rate + (output_tokens - 1) * decode_time(1)``; with a custom
+    Prefill of the whole prompt (in the mode's chunks, ``Replica.idle_chunk_tokens``),
+    then ``N - 1`` decode steps at batch 1, with no prefix-cache hits. With the built-in
+    cost this is ``Replica.idle_prefill_s(prompt_tokens) + (output_tokens - 1) *
+    decode_time(1)`` (additive: ``prompt_tokens / prefill_rate`` for the prefill); with a custom
     ``step_time`` the replica's own cost of each step is summed (a Python loop: slower).
     Slowdown is measured against this number.
     """
@@ -69,13 +70,13 @@ def unqueued_e2e_s(requests, replica: Replica | None = None) -> np.ndarray:
     output = _tokens(requests, "output_tokens")
     rep = _replica(replica)
     if rep.step_time is None:
-        return prompt / rep.prefill_rate + (output - 1) * rep.decode_time(1)
+        return rep.idle_prefill_s(prompt) + (output - 1) * rep.decode_time(1)
     out = np.empty(prompt.size)
-    chunk = rep.chunk_tokens
+    chunk = rep.idle_chunk_tokens
     for i, (p, n) in enumerate(zip(prompt.astype(int), output.astype(int), strict=True)):
         total, done = 0.0, 0
         while done < p:
-            take = p - done if chunk is None else min(chunk, p - done)
+            take = int(min(chunk, p - done))
             total += rep.cost(StepDetail(np.array([take]), np.array([done]), np.zeros(0, int)))
             done += take
         for k in range(n - 1):
@@ -87,18 +88,19 @@ def unqueued_e2e_s(requests, replica: Replica | None = None) -> np.ndarray:
 def full_batch_work_s(requests, replica: Replica | None = None) -> np.ndarray:
     """Replica time each request uses when the batch is full (s).
 
-    ``prompt_tokens / prefill_rate + (output_tokens - 1) * decode_time(B) / B`` with
-    ``B = max_batch``: its prefill occupies the whole replica, and each decode step is
-    shared by ``B`` sequences. With ``max_batch = 1`` this is :func:`unqueued_e2e_s`.
-    Needs the default cost model (a custom ``step_time`` raises ``ValueError``).
+    ``Replica.full_batch_work_s``: with the additive cost ``prompt_tokens /
+    prefill_rate + (output_tokens - 1) * decode_time(B) / B`` with ``B = max_batch``
+    (its prefill occupies the whole replica, and each decode step is shared by ``B``
+    sequences); with the fused cost a lower bound in which the prompt's tokens ride the
+    decodes' weight reads. Needs the built-in cost model (a custom ``step_time`` raises
+    ``ValueError``).
     """
     prompt = _tokens(requests, "prompt_tokens")
     output = _tokens(requests, "output_tokens")
     rep = _replica(replica)
     if rep.step_time is not None:
         raise ValueError("full_batch_work_s needs the default cost model, got a custom step_time")
-    b = rep.max_batch
-    return prompt / rep.prefill_rate + (output - 1) * rep.decode_time(b) / b
+    return rep.full_batch_work_s(prompt, output)
 
 
 def capacity_rate(requests, replica: Replica | None = None) -> float:

@@ -1,4 +1,14 @@
-"""Published step-time profiles as cost models: DistServe's fitted OPT coefficients.
+"""Published step-time profiles as cost models: DistServe's fitted OPT coefficients, and
+Vidur's measured linear-operation times fused with a roofline for attention.
+
+Vidur {Agrawal et al., MLSys 2024} (:func:`vidur_cost`, :class:`VidurCost`): a step is one
+fused forward pass; its linear operations (projections, MLP, norms, activation, residual
+add of every layer) are looked up in Vidur's measured per-layer profiles at the step's
+*total* token count rounded up to a multiple of 8, as Vidur's predictor does
+(``vidur/entities/batch.py``: ``_total_num_tokens_rounded``), interpolated linearly between
+measured counts and never extrapolated; the LM head, prefill and decode attention, the
+all-reduce and the overhead come from :class:`~servingcap.roofline.Roofline`, group by
+group. The measured medians ship in ``data/gpus_measured.csv`` (``data/gpus_measured.md``).
 
 Source: DistServe {Zhong et al., OSDI 2024}, its simulator ``simdistserve`` (repository
 LLMServe/DistServe, Apache-2.0). The coefficients were fitted by DistServe's authors to
@@ -41,11 +51,12 @@ from pathlib import Path
 import numpy as np
 
 from . import _check
+from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GROUPS, Roofline, measured_steps
 from .serving import Replica, StepDetail
 from .traffic import data_dir
 
 __all__ = ["DistServeCost", "distserve_profile", "distserve_replica", "distserve_max_num_tokens",
-           "ENGINES", "NO_BATCH_LIMIT"]
+           "ENGINES", "NO_BATCH_LIMIT", "VidurCost", "vidur_cost", "vidur_profiles"]
 
 ENGINES = ("distserve", "vllm")
 PREFILL_STEP_MS = 1.0        # simdistserve: pp_const = 1 ms per prefill step (pp = 1)
@@ -278,3 +289,136 @@ def distserve_replica(model: str = "opt-13b", tp: int = 1, engine: str = "distse
     options = {"step_time": cost, "mode": "prefill_first", "max_batched_tokens": cost.max_num_tokens,
                "max_batch": NO_BATCH_LIMIT, **replica_options}
     return Replica(**options)
+
+
+VIDUR_ROUNDING = 8           # Vidur looks linear ops up at the token count rounded up to this
+_VIDUR_ALIASES = {"meta-llama-3-8b": "Llama-3.1-8B", "meta-llama/meta-llama-3-8b": "Llama-3.1-8B",
+                  "meta-llama/llama-2-7b-hf": "Llama-2-7b-hf"}
+
+
+def vidur_profiles():
+    """The (model, GPU) pairs with a measured Vidur linear-op profile, TP 1, as a
+    DataFrame: model, measured_model (Vidur's name), gpu, points, min_tokens, max_tokens."""
+    v = measured_steps().query("source == 'vidur' and phase == 'linear_ops' and tp == 1")
+    g = v.groupby(["model", "measured_model", "gpu"], sort=True).tokens
+    return g.agg(points="size", min_tokens="min", max_tokens="max").reset_index()
+
+
+@dataclass(frozen=True)
+class VidurCost:
+    """A fused step cost: Vidur's measured linear-op times plus a roofline for the rest.
+
+    Build it with :func:`vidur_cost`. Call it with a
+    :class:`~servingcap.serving.StepDetail` (seconds); use as ``Replica(step_time=cost,
+    mode="mixed", max_batched_tokens=cost.max_tokens)`` (in ``mode="combined"`` keep
+    ``chunk_tokens + max_batch`` within :attr:`max_tokens`). A step whose total tokens
+    fall outside the measured range raises ``ValueError`` (no extrapolation).
+
+    Attributes
+    ----------
+    roofline : Roofline
+        Prices the LM head, prefill and decode attention, all-reduce and overhead.
+    tokens, linear_ms : tuple of float
+        The measured token counts and the linear operations' time of all layers there (ms).
+    measured_model : str
+        The model Vidur profiled (Meta-Llama-3-8B stands for Llama-3.1-8B: same shapes).
+    """
+
+    roofline: Roofline
+    tokens: tuple
+    linear_ms: tuple
+    measured_model: str
+    wants_detail = True
+
+    @property
+    def max_tokens(self) -> int:
+        """Most tokens one step may carry: the largest measured count (tokens)."""
+        return int(self.tokens[-1])
+
+    @property
+    def source(self) -> str:
+        """Where the numbers come from, for printing next to a result."""
+        r = self.roofline
+        return (f"Vidur measured linear ops ({self.measured_model} on 1 x {r.gpu.name}, "
+                f"{int(self.tokens[0])}-{self.max_tokens} tokens, rounded up to a multiple of "
+                f"{VIDUR_ROUNDING}) + roofline LM head and attention (efficiency "
+                f"{r.flops_efficiency:.2f} FLOP/s, {r.bandwidth_efficiency:.2f} bandwidth), "
+                f"overhead {r.overhead_s * 1e3:.2f} ms/step")
+
+    def describe(self) -> str:
+        """One line naming the cost model's source (same as :attr:`source`)."""
+        return self.source
+
+    def linear_s(self, tokens) -> float:
+        """Measured time of the linear operations of all layers for a step of ``tokens``
+        total tokens (seconds); 0 for 0 tokens. Refuses counts beyond the measured range."""
+        t = _check.number("tokens", tokens)
+        if t == 0:
+            return 0.0
+        if not (t == int(t) and 1 <= t <= self.max_tokens):
+            raise ValueError(f"tokens={tokens!r} is outside the measured range 1 to "
+                             f"{self.max_tokens} tokens (whole) of Vidur's {self.measured_model} "
+                             f"/ {self.roofline.gpu.name} linear-op profile; no extrapolation")
+        rounded = min(-(-int(t) // VIDUR_ROUNDING) * VIDUR_ROUNDING, self.max_tokens)
+        return float(np.interp(rounded, self.tokens, self.linear_ms)) / 1000.0
+
+    def breakdown(self, detail: StepDetail) -> dict:
+        """The roofline's :meth:`~servingcap.roofline.Roofline.breakdown` with the linear
+        group replaced by the measured time (``linear_bound`` becomes ``"measured"``)."""
+        out = self.roofline.breakdown(detail)
+        out["linear_s"] = self.linear_s(out["tokens"])
+        out["linear_bound"] = "measured" if out["tokens"] else "idle"
+        if out["tokens"]:
+            out["step_s"] = (sum(out[f"{g}_s"] for g in GROUPS) + out["comm_s"]
+                             + self.roofline.overhead_s)
+        return out
+
+    def __call__(self, detail: StepDetail) -> float:
+        return self.breakdown(detail)["step_s"]
+
+
+def vidur_cost(model: str = "Llama-3.1-8B", gpu: str = "A100-80GB", *,
+               overhead_s: float = 0.0, flops_efficiency: float = FLOPS_EFFICIENCY,
+               bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY) -> VidurCost:
+    """A fused step cost from Vidur's measured linear-operation profile (TP 1).
+
+    Parameters
+    ----------
+    model : str
+        ``"Llama-2-7b-hf"`` or ``"Llama-3.1-8B"`` (Vidur profiled Meta-Llama-3-8B, the same
+        shapes; that name is accepted too). See :func:`vidur_profiles`.
+    gpu : str
+        ``"A100-80GB"`` (both models) or ``"H100-SXM"`` (Llama-2-7B).
+    overhead_s : float
+        Fixed time added to every non-empty step (seconds).
+    flops_efficiency, bandwidth_efficiency : float in (0, 1]
+        Efficiencies of the roofline that prices the LM head and attention.
+
+    Returns
+    -------
+    VidurCost
+        Refuses (``ValueError``) a step of more tokens than were measured (4,096).
+    """
+    available = vidur_profiles()
+    if not isinstance(model, str):
+        raise ValueError(f"model must be a model name such as 'Llama-3.1-8B', got {model!r}")
+    names = {m.lower(): m for m in available.model}
+    key = names.get(model.lower()) or _VIDUR_ALIASES.get(model.lower())
+    if key is None:
+        raise ValueError(f"model={model!r} has no Vidur linear-op profile; profiled: "
+                         f"{sorted(set(available.model))}")
+    if not isinstance(gpu, str):
+        raise ValueError(f"gpu must be a GPU name such as 'A100-80GB', got {gpu!r}")
+    rows = available[(available.model == key) & (available.gpu.str.lower() == gpu.lower())]
+    if rows.empty:
+        raise ValueError(f"gpu={gpu!r} has no Vidur linear-op profile for {key}; profiled: "
+                         f"{sorted(available[available.model == key].gpu)}")
+    row = rows.iloc[0]
+    with _check.naming("gpu"):
+        roof = Roofline(key, row.gpu, flops_efficiency=flops_efficiency,
+                        bandwidth_efficiency=bandwidth_efficiency, overhead_s=overhead_s)
+    v = measured_steps().query("source == 'vidur' and phase == 'linear_ops' and tp == 1 "
+                               "and model == @key and gpu == @row.gpu").sort_values("tokens")
+    return VidurCost(roofline=roof, tokens=tuple(float(t) for t in v.tokens),
+                     linear_ms=tuple(float(x) for x in v.measured_ms),
+                     measured_model=str(row.measured_model))

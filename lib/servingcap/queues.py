@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import optimize, special, stats
 
 from . import _check
 
@@ -269,6 +269,8 @@ class MG1(_FromMeanWait):
         for name, value in (("arrival_rate", lam), ("mean_service", s), ("service_cv", cv)):
             object.__setattr__(self, name, value)
         _check.stable(lam * s, f"arrival_rate={lam:g}/s, mean_service={s:g} s")
+        _check.finite_result(self.mean_wait, f"the mean wait with arrival_rate={lam:g}/s, "
+                                             f"mean_service={s:g} s, service_cv={cv:g}")
 
     @classmethod
     def from_service_times(cls, arrival_rate: float, service_times) -> MG1:
@@ -289,7 +291,7 @@ class MG1(_FromMeanWait):
     @property
     def variance_penalty(self) -> float:
         """(1 + C_v^2) / 2: the factor by which the mean wait exceeds M/M/1's at equal rho."""
-        return (1 + self.service_cv**2) / 2
+        return (1 + self.service_cv * self.service_cv) / 2      # inf, not OverflowError
 
     @property
     def mean_wait(self) -> float:
@@ -470,6 +472,39 @@ class MMc(_ExponentialWait):
     def mean_queue_length(self) -> float:
         """L_q = lambda W_q (requests waiting)."""
         return self.arrival_rate * self.mean_wait
+
+    def _response_sf(self, t: np.ndarray) -> np.ndarray:
+        # T = W_q + S: with prob 1 - C only the exponential(mu) service; with prob C an
+        # exponential(delta) wait plus it, a hypoexponential (equal rates: Erlang-2).
+        mu, delta, c = self.service_rate, self._drain, self.prob_wait
+        t = np.maximum(t, 0.0)
+        service = np.exp(-mu * t)
+        if math.isclose(delta, mu, rel_tol=1e-9):
+            with np.errstate(invalid="ignore", over="ignore"):   # t = inf: 0, not inf * 0
+                both = np.where(np.isfinite(t), (1.0 + mu * t) * service, 0.0)
+        else:
+            both = (delta * service - mu * np.exp(-delta * t)) / (delta - mu)
+        return (1.0 - c) * service + c * both
+
+    def response_cdf(self, t):
+        """P(response <= t), response = queueing delay + exponential(mu) service.
+
+        The wait is 0 with probability 1 - C (Erlang C), else exponential with rate
+        c mu - lambda, independent of the request's own service (Kleinrock 1975,
+        vol. 1, section 3.5). ``t`` in seconds, a number or an array.
+        """
+        t = _check.points("t", t)
+        return np.where(t < 0, 0.0, 1.0 - self._response_sf(t))
+
+    def response_quantile(self, p: float) -> float:
+        """The p-quantile of response time (s), by root finding on response_cdf."""
+        p = _check.probability("p", p)
+        hi = -math.log1p(-p) * (1.0 / self.service_rate + 1.0 / self._drain)
+        while float(self._response_sf(np.array(hi))) > 1 - p:   # widen until bracketed
+            hi *= 2.0
+        return float(optimize.brentq(
+            lambda t: float(self._response_sf(np.array(t))) - (1 - p), 0.0, hi,
+            xtol=1e-12, rtol=1e-12))
 
 
 

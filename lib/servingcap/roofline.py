@@ -1,34 +1,51 @@
 """A roofline step-time model: a model's ``config.json`` plus a GPU's spec sheet.
 
 Source of the cost: first principles (Williams et al.'s roofline), not a measurement. A
-forward step over a batch does some floating-point work and moves some bytes through
-HBM; it cannot finish faster than either allows, so
+step is **one fused forward pass** over every token it carries -- the prefill chunks and
+one token per decoding sequence together -- as vLLM V1, SGLang (mixed chunks),
+Sarathi-Serve, TensorRT-LLM in-flight batching and Orca run it. Following Vidur's
+execution-time predictor (microsoft/vidur, ``vidur/execution_time_predictor/
+base_execution_time_predictor.py`` and ``sklearn_execution_time_predictor.py``: every
+matmul-like op is looked up at the batch's *total* token count, prefill and decode
+attention separately, and the per-op times add up, ``vidur/entities/execution_time.py``),
+the step is priced **by op group**, each group bounded by its own roofline:
 
-    step_s = max(FLOPs / (flops_efficiency * peak FLOP/s),
-                 bytes / (bandwidth_efficiency * HBM bytes/s))
-             + all-reduce time (tensor parallelism) + overhead_s.
+    group_s = max(FLOPs / (flops_efficiency * peak FLOP/s),
+                  bytes / (bandwidth_efficiency * HBM bytes/s))
+    step_s  = linear_s + lm_head_s + prefill_attention_s + decode_attention_s
+              + all-reduce time (tensor parallelism) + overhead_s.
 
-What is counted, per step (``L`` layers, hidden ``H``, ``V`` vocabulary):
+Groups add: a decode's KV read does not overlap a compute-bound GEMM (they are different
+kernels). The groups (``L`` layers, hidden ``H``, ``V`` vocabulary):
 
-* **Linear layers (GEMMs)**: ``2 * tokens * params_per_layer * L`` FLOPs for every token
-  in the step (prefill chunks plus one per decoding sequence), plus the LM head
-  ``2 * H * V`` per sequence that samples a token (one per chunk and per decode).
-* **Weights** are read from HBM **once per step**, whatever the batch: this is what
-  batching amortizes, and why a decode step is memory-bound.
-* **Attention**, per sequence: ``4 * L * heads * head_dim`` FLOPs per (query, key) pair
-  -- a chunk of ``n`` new tokens after ``k`` cached ones has ``n * (k + (n + 1) / 2)``
-  pairs (causal), a decoding sequence at context ``c`` has ``c`` -- and its KV cache,
-  ``2 * L * kv_heads * head_dim * bytes`` per context token, crosses HBM once.
+* **linear** (Q, K, V, O projections and the MLP of every layer) on the step's *total*
+  tokens ``T``: ``2 * T * params_per_layer * L`` FLOPs, and the weights read from HBM
+  **once per step**, whatever ``T``. Below the compute ridge (:attr:`Roofline.ridge_tokens`,
+  about 170 tokens for a bf16 model on an A100-80GB at the measured efficiencies) the
+  group is memory-bound and extra tokens ride almost free; above it each token costs its
+  FLOPs.
+* **lm_head**: ``2 * H * V`` FLOPs per sequence that samples a token (one per chunk and
+  per decode: engines compute logits only at those positions), its ``H * V`` weights read
+  once.
+* **prefill_attention**, over all chunks of the step (one varlen kernel): a chunk of ``n``
+  new tokens after ``k`` cached ones does ``4 * L * heads * head_dim`` FLOPs per (query,
+  key) pair, ``n * (k + (n + 1) / 2)`` pairs (causal), and moves its ``k + n`` context
+  tokens' KV (``2 * L * kv_heads * head_dim * bytes`` each) through HBM once.
+* **decode_attention**, over all decoding sequences: a sequence at context ``c`` does ``c``
+  pairs and reads ``c`` tokens' KV -- memory-bound at any batch.
 * **Tensor parallelism** over ``tp`` GPUs splits FLOPs, weights and KV evenly and adds
-  two ring all-reduces per layer of ``tokens * H`` activations: each GPU sends
+  two ring all-reduces per layer of ``T * H`` activations: each GPU sends
   ``2 (tp - 1) / tp`` of the message over its link at *half* the spec sheet's NVLink /
   PCIe figure (vendors quote the bidirectional total; a ring uses one direction), not
   overlapped with compute.
 
 Ignored (small at serving sizes): norms, biases, rotary embeddings, activations' HBM
 traffic, the embedding gather. The two efficiency factors (fraction of peak FLOP/s and of
-HBM bandwidth that real kernels reach) are named parameters: 1.0 gives the pure roofline,
-a lower bound on the step time; :func:`fit_efficiency` infers them from measured times.
+HBM bandwidth that real kernels reach) default to the values measured on Vidur's
+Llama-2-7B A100-80GB linear-operation profile (:data:`FLOPS_EFFICIENCY`,
+:data:`BANDWIDTH_EFFICIENCY`); 1.0 gives the pure roofline, a lower bound on the step
+time. :func:`fit_efficiency` infers them from measured times, :func:`linear_op_check`
+states the linear group's error against every measured profile.
 
 GPU figures ship in ``data/gpus.csv`` (each cited to the vendor's spec sheet, dense
 tensor-core FLOP/s without sparsity); model configs in ``data/model_configs/``.
@@ -52,7 +69,25 @@ from .serving import StepDetail
 from .traffic import data_dir
 
 __all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "model_config",
-           "model_names", "fit_efficiency", "step", "measured_steps"]
+           "model_names", "fit_efficiency", "step", "measured_steps", "linear_op_check",
+           "FLOPS_EFFICIENCY", "BANDWIDTH_EFFICIENCY", "GROUPS"]
+
+FLOPS_EFFICIENCY = 0.62
+"""Default fraction of peak dense FLOP/s the GEMMs reach: :func:`fit_efficiency` on Vidur's
+measured linear-operation times of Llama-2-7B on one A100-80GB (``data/gpus_measured.csv``,
+259 token counts from 1 to 4,096, per-layer profiles so no LM head), rounded to two
+digits (the fit gives 0.618). The same fit gives 0.61 for Llama-3-8B on A100 and 0.57 for
+Llama-2-7B on H100-SXM (see :func:`linear_op_check`). Earlier versions quoted 0.64 / 0.54:
+that fit wrongly counted the prefill's attention FLOPs, which Vidur's linear-op profiles
+do not contain."""
+
+BANDWIDTH_EFFICIENCY = 0.55
+"""Default fraction of HBM bandwidth the weight and KV reads reach: the same fit as
+:data:`FLOPS_EFFICIENCY` (0.551; 0.55 for Llama-3-8B on A100, 0.52 for Llama-2-7B on
+H100-SXM)."""
+
+GROUPS = ("linear", "lm_head", "prefill_attention", "decode_attention")
+"""The op groups a step is priced by, each with its own roofline bound (module docstring)."""
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8_e4m3fn": 1,
                 "float8_e5m2": 1, "int8": 1}
@@ -219,7 +254,8 @@ per sequence); no engine batches anywhere near a million sequences."""
 
 @dataclass(frozen=True)
 class Roofline:
-    """Roofline step time for a model on ``tp`` GPUs; a ``Replica(step_time=...)`` model.
+    """Fused roofline step time for a model on ``tp`` GPUs; a ``Replica(step_time=...)``
+    model (one forward pass per step priced by op group, see the module docstring).
 
     Parameters
     ----------
@@ -230,7 +266,9 @@ class Roofline:
     tp : int
         Tensor-parallel degree (GPUs per replica).
     flops_efficiency, bandwidth_efficiency : float in (0, 1]
-        Achievable fraction of peak dense FLOP/s and of HBM bandwidth (1.0: pure roofline).
+        Achievable fraction of peak dense FLOP/s and of HBM bandwidth. Default: the
+        measured :data:`FLOPS_EFFICIENCY` (0.62) and :data:`BANDWIDTH_EFFICIENCY` (0.55);
+        1.0 and 1.0 give the pure roofline, a lower bound on the step time.
     overhead_s : float
         Fixed time added to every non-empty step (kernel launches, scheduling), seconds.
     fp8 : bool
@@ -240,8 +278,8 @@ class Roofline:
     model: ModelSpec | str
     gpu: GPU | str
     tp: int = 1
-    flops_efficiency: float = 1.0
-    bandwidth_efficiency: float = 1.0
+    flops_efficiency: float = FLOPS_EFFICIENCY
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY
     overhead_s: float = 0.0
     fp8: bool = False
     wants_detail = True          # the simulator passes a StepDetail (see serving.detailed)
@@ -271,44 +309,97 @@ class Roofline:
     def _bytes(self) -> int:
         return 1 if self.fp8 else self.model.dtype_bytes
 
-    def work(self, detail: StepDetail, lm_head: bool = True) -> dict:
-        """FLOPs, HBM bytes (whole replica) and all-reduce bytes per GPU of one step
-        (``lm_head=False`` leaves the LM head out, as per-layer profiles do)."""
+    def _arrays(self, detail: StepDetail):
         if not isinstance(detail, StepDetail):
             raise TypeError(f"detail must be a StepDetail (build one with roofline.step), "
                             f"got {detail!r}")
-        m = self.model
-        n = np.asarray(detail.prefill_chunks, dtype=float)
-        k = np.asarray(detail.prefill_cached, dtype=float)
-        ctx = np.asarray(detail.decode_context, dtype=float)
-        tokens = n.sum() + ctx.size
+        return (np.asarray(detail.prefill_chunks, dtype=float),
+                np.asarray(detail.prefill_cached, dtype=float),
+                np.asarray(detail.decode_context, dtype=float))
+
+    def _linear_work(self, tokens):
+        """FLOPs and HBM bytes of the linear group at these total tokens (array-wise)."""
+        t = np.asarray(tokens, dtype=float)
+        per_layer = self.model.layers * self.model.params_per_layer
+        return 2 * t * per_layer, np.where(t > 0, per_layer * self._bytes(), 0.0)
+
+    def _group_work(self, n, k, ctx, lm_head: bool):
+        """(tokens, FLOPs per group, HBM bytes per group) of one step, whole replica."""
+        m, size = self.model, self._bytes()
+        tokens = float(n.sum()) + ctx.size
         sequences = n.size + ctx.size
-        pairs = float((n * (k + (n + 1) / 2)).sum() + ctx.sum())
-        context_tokens = float((k + n).sum() + ctx.sum())
-        head = m.lm_head_params if lm_head else 0
-        flops = (2 * tokens * m.layers * m.params_per_layer + 2 * sequences * head
-                 + 4 * m.layers * m.heads * m.head_dim * pairs)
-        weight_bytes = (m.layers * m.params_per_layer + head) * self._bytes()
-        hbm = weight_bytes + context_tokens * m.kv_bytes_per_token(self._bytes())
+        kv = m.kv_bytes_per_token(size)
+        pair_flops = 4 * m.layers * m.heads * m.head_dim
+        decode_ctx = float(ctx.sum())
+        head = m.lm_head_params if lm_head and sequences else 0
+        linear_flops, linear_bytes = self._linear_work(tokens)
+        flops = np.array([linear_flops, 2 * sequences * head,
+                          pair_flops * float((n * (k + (n + 1) / 2)).sum()),
+                          pair_flops * decode_ctx])
+        hbm = np.array([linear_bytes, head * size, kv * float((k + n).sum()), kv * decode_ctx])
+        return tokens, flops, hbm
+
+    def _times(self, flops: np.ndarray, hbm: np.ndarray):
+        compute = flops / (self.tp * self.flops_efficiency * self.peak_flops)
+        memory = hbm / (self.tp * self.bandwidth_efficiency * self.gpu.hbm_bytes_per_s)
+        return compute, memory
+
+    def _allreduce_bytes(self, tokens: float) -> float:
+        """Bytes each GPU sends per step: two ring all-reduces per layer of tokens x H."""
         ring = 2 * (self.tp - 1) / self.tp
-        allreduce = 2 * m.layers * ring * tokens * m.hidden * m.dtype_bytes
-        return {"tokens": float(tokens), "flops": float(flops), "hbm_bytes": float(hbm),
-                "allreduce_bytes": float(allreduce)}
+        return 2 * self.model.layers * ring * tokens * self.model.hidden * self.model.dtype_bytes
+
+    def _comm_s(self, tokens: float) -> float:
+        return self._allreduce_bytes(tokens) / (self.gpu.link_bytes_per_s / 2)
+
+    def work(self, detail: StepDetail, lm_head: bool = True) -> dict:
+        """FLOPs and HBM bytes (whole replica) of one step, in total and per op group
+        (``<group>_flops``, ``<group>_bytes`` for each of :data:`GROUPS`), and its
+        all-reduce bytes per GPU (``lm_head=False`` leaves the LM head out, as per-layer
+        profiles do)."""
+        tokens, flops, hbm = self._group_work(*self._arrays(detail), lm_head)
+        out = {"tokens": tokens, "flops": float(flops.sum()), "hbm_bytes": float(hbm.sum()),
+               "allreduce_bytes": float(self._allreduce_bytes(tokens))}
+        for name, f, b in zip(GROUPS, flops, hbm, strict=True):
+            out[f"{name}_flops"], out[f"{name}_bytes"] = float(f), float(b)
+        return out
 
     def breakdown(self, detail: StepDetail, lm_head: bool = True) -> dict:
-        """The step's compute, memory and communication times (s) and which bound wins."""
+        """The step's time per op group and which bound each hits, plus totals.
+
+        Keys: everything :meth:`work` returns; ``<group>_s`` (seconds) and
+        ``<group>_bound`` (``"compute"``, ``"memory"`` or ``"idle"`` for a group with no
+        work) for each of :data:`GROUPS`; ``compute_s`` and ``memory_s``, the step's whole
+        FLOPs and bytes at the achievable peak and bandwidth (what one unfused max would
+        use); ``comm_s`` (all-reduce); ``step_s`` (the sum of the group times, the
+        all-reduce and the overhead; 0 for an empty step); ``bound``, the bound of the
+        group that takes longest; and ``intensity_flop_per_byte`` (0 for an empty step).
+        """
         w = self.work(detail, lm_head)
-        compute = w["flops"] / (self.tp * self.flops_efficiency * self.peak_flops)
-        memory = w["hbm_bytes"] / (self.tp * self.bandwidth_efficiency * self.gpu.hbm_bytes_per_s)
-        comm = w["allreduce_bytes"] / (self.gpu.link_bytes_per_s / 2)
+        flops = np.array([w[f"{g}_flops"] for g in GROUPS])
+        hbm = np.array([w[f"{g}_bytes"] for g in GROUPS])
+        compute, memory = self._times(flops, hbm)
+        out = dict(w)
+        for name, c, b, f, h in zip(GROUPS, compute, memory, flops, hbm, strict=True):
+            out[f"{name}_s"] = float(max(c, b))
+            out[f"{name}_bound"] = ("idle" if f == 0 and h == 0
+                                    else "compute" if c >= b else "memory")
+        group_s = np.maximum(compute, memory)
+        comm = self._comm_s(w["tokens"])
         empty = w["tokens"] == 0
-        step = 0.0 if empty else max(compute, memory) + comm + self.overhead_s
-        return {**w, "compute_s": compute, "memory_s": memory, "comm_s": comm, "step_s": step,
-                "bound": "compute" if compute >= memory else "memory",
-                "intensity_flop_per_byte": w["flops"] / w["hbm_bytes"]}
+        out.update({
+            "compute_s": float(compute.sum()), "memory_s": float(memory.sum()), "comm_s": comm,
+            "step_s": 0.0 if empty else float(group_s.sum()) + comm + self.overhead_s,
+            "bound": out[f"{GROUPS[int(np.argmax(group_s))]}_bound"] if not empty else "idle",
+            "intensity_flop_per_byte": w["flops"] / w["hbm_bytes"] if w["hbm_bytes"] else 0.0})
+        return out
 
     def __call__(self, detail: StepDetail) -> float:
-        return self.breakdown(detail)["step_s"]
+        tokens, flops, hbm = self._group_work(*self._arrays(detail), True)
+        if tokens == 0:
+            return 0.0
+        compute, memory = self._times(flops, hbm)
+        return float(np.maximum(compute, memory).sum()) + self._comm_s(tokens) + self.overhead_s
 
     @_check.guarded
     def prefill_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
@@ -329,16 +420,70 @@ class Roofline:
 
     @property
     def ridge_flop_per_byte(self) -> float:
-        """Arithmetic intensity (FLOP/byte) above which a step is compute-bound."""
+        """Arithmetic intensity (FLOP/byte) above which an op group is compute-bound."""
         return (self.flops_efficiency * self.peak_flops
                 / (self.bandwidth_efficiency * self.gpu.hbm_bytes_per_s))
 
+    @property
+    def ridge_tokens(self) -> float:
+        """Tokens per step at which the linear group turns compute-bound (tokens).
+
+        Each weight read once per step does 2 FLOPs per token, so the linear group's
+        intensity is ``2 * tokens / bytes_per_weight`` and the ridge is
+        ``ridge_flop_per_byte * bytes_per_weight / 2`` -- independent of the model's size
+        and of ``tp`` (both split evenly). Below it a step's extra tokens ride on the
+        weight read almost free; above it each costs its FLOPs.
+        """
+        return self.ridge_flop_per_byte * self._bytes() / 2
+
+    @_check.guarded
+    def largest_chunk(self, budget_s: float, batch: int, context_tokens: float,
+                      cached_tokens: int = 0) -> int:
+        """Largest prefill chunk (tokens) a fused step with ``batch`` decoding sequences
+        at ``context_tokens`` each can carry within ``budget_s`` seconds (e.g. the TPOT
+        SLO), the chunk following ``cached_tokens`` already cached; 0 when the decodes
+        alone exceed the budget. Found by bisection (the step grows with the chunk)."""
+        budget = _check.positive("budget_s", budget_s)
+        b = _check.whole("batch", batch, minimum=0)
+        if b > MAX_BATCH:
+            raise ValueError(f"batch must be <= {MAX_BATCH:.0e} sequences, got {batch!r}")
+        ctx = _check.positive("context_tokens", context_tokens) if b else 0.0
+        cached = _check.whole("cached_tokens", cached_tokens, minimum=0)
+        decodes = np.full(b, float(ctx))
+
+        def fits(chunk: int) -> bool:
+            return self(step(prefill=[chunk], cached=[cached], decode=decodes)) <= budget
+
+        if not fits(1):
+            return 0
+        lo, hi = 1, 2
+        while fits(hi):
+            lo, hi = hi, 2 * hi
+            if hi > _check.MAX_TOKENS:
+                raise ValueError(f"budget_s={budget_s!r} fits more than {_check.MAX_TOKENS:.0e} "
+                                 "tokens; the step-time model has no practical limit there")
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    def efficiency_source(self) -> str:
+        """Where this roofline's efficiency factors come from, in words."""
+        if (self.flops_efficiency, self.bandwidth_efficiency) == (1.0, 1.0):
+            return "pure roofline (efficiency 1.0: a lower bound on the step time)"
+        if (self.flops_efficiency, self.bandwidth_efficiency) == (FLOPS_EFFICIENCY,
+                                                                  BANDWIDTH_EFFICIENCY):
+            return ("measured: fit to Vidur's Llama-2-7B A100-80GB linear-op profile "
+                    "(data/gpus_measured.csv)")
+        return "given by the caller"
+
     def describe(self) -> str:
         """One line naming the cost model's source and its assumptions."""
-        return (f"roofline: {self.model.name} on {self.tp} x {self.gpu.name} "
-                f"({'fp8' if self.fp8 else 'bf16/fp16'}), efficiency "
+        return (f"roofline, one fused pass per step priced by op group: {self.model.name} on "
+                f"{self.tp} x {self.gpu.name} ({'fp8' if self.fp8 else 'bf16/fp16'}), efficiency "
                 f"{self.flops_efficiency:.2f} of peak FLOP/s and {self.bandwidth_efficiency:.2f} "
-                f"of HBM bandwidth, overhead {self.overhead_s * 1e3:.2f} ms/step")
+                f"of HBM bandwidth ({self.efficiency_source()}), compute ridge "
+                f"{self.ridge_tokens:.0f} tokens/step, overhead {self.overhead_s * 1e3:.2f} ms/step")
 
 
 def step(prefill=(), cached=None, decode=()) -> StepDetail:
@@ -361,19 +506,22 @@ def step(prefill=(), cached=None, decode=()) -> StepDetail:
 
 def fit_efficiency(model, gpu_name, tokens, seconds, tp: int = 1,
                    lm_head: bool = True) -> tuple[float, float]:
-    """Efficiency factors that make the roofline reproduce measured GEMM-dominated steps.
+    """Efficiency factors that make the roofline's GEMMs reproduce measured linear-op times.
 
     Parameters
     ----------
     tokens : sequence of int
-        Tokens in each measured step (a prefill-like step: attention negligible).
+        Tokens in each measured step.
     seconds : sequence of float
-        Measured time of that step's linear layers (s).
+        Measured time of that step's linear operations (s): the projections and MLP of
+        every layer, as Vidur's per-layer profiles give them (attention not included).
     lm_head : bool
-        Whether the measured times include the LM head (Vidur's per-layer profiles do not).
+        Whether the measured times include the LM head, one sequence per step (Vidur's
+        per-layer profiles do not).
 
     Returns ``(flops_efficiency, bandwidth_efficiency)`` minimizing the squared log error
-    of ``max(FLOPs / (e_f peak), bytes / (e_b bandwidth))``, each capped at 1.
+    of the linear group (plus the LM head group if ``lm_head``), each group
+    ``max(FLOPs / (e_f peak), bytes / (e_b bandwidth))``, each factor capped at 1.
     """
     t = _check.array("tokens", tokens, nonnegative_values=True)
     s = _check.array("seconds", seconds)
@@ -382,20 +530,71 @@ def fit_efficiency(model, gpu_name, tokens, seconds, tp: int = 1,
     if not (np.isfinite(s).all() and (s > 0).all()):
         raise ValueError(f"seconds must be finite and > 0, got {s.tolist()!r}")
     with _check.naming("gpu_name"):
-        base = Roofline(model, gpu_name, tp=tp)
+        base = Roofline(model, gpu_name, tp=tp, flops_efficiency=1.0, bandwidth_efficiency=1.0)
+    groups = GROUPS[:2] if lm_head else GROUPS[:1]
     parts = [base.breakdown(step(prefill=[x]), lm_head=lm_head) for x in t]
-    compute = np.array([p["compute_s"] for p in parts])
-    memory = np.array([p["memory_s"] for p in parts])
+    times = [base._times(np.array([p[f"{g}_flops"] for g in groups]),
+                         np.array([p[f"{g}_bytes"] for g in groups])) for p in parts]
+    compute = np.array([c for c, _ in times])           # points x groups
+    memory = np.array([m for _, m in times])
 
     def loss(log_eff):
         e_f, e_b = np.exp(np.minimum(log_eff, 0.0))
-        model_s = np.maximum(compute / e_f, memory / e_b)
+        model_s = np.maximum(compute / e_f, memory / e_b).sum(axis=1)
         return float(np.sum(np.log(model_s / s) ** 2))
 
-    start = np.log([min(1.0, float(np.median(compute / s))), min(1.0, float(np.median(memory / s)))])
+    start = np.log([min(1.0, float(np.median(compute.sum(axis=1) / s))),
+                    min(1.0, float(np.median(memory.sum(axis=1) / s)))])
     best = optimize.minimize(loss, start, method="Nelder-Mead",
                              options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 2000})
     e_f, e_b = np.exp(np.minimum(best.x, 0.0))
     if not (math.isfinite(e_f) and math.isfinite(e_b)):
         raise ValueError("fit_efficiency did not converge on these measurements")
     return float(e_f), float(e_b)
+
+
+TOKEN_RANGES = ((1, 64), (65, 512), (513, 4096))
+"""Token ranges :func:`linear_op_check` reports separately (tokens per step): deep in the
+memory-bound region, around the compute ridge, and compute-bound."""
+
+
+def linear_op_check(fitted: bool = False) -> pd.DataFrame:
+    """The linear group of the fused roofline against Vidur's measured linear-op times.
+
+    For each measured (model, GPU) in ``data/gpus_measured.csv`` (Vidur's per-layer
+    profiles x 32 layers, TP 1, no LM head) and each of :data:`TOKEN_RANGES`: the
+    number of measured token counts, the median and worst relative error
+    ``|roofline / measured - 1|``, the median signed error (> 0: the roofline is slower),
+    and the compute ridge (tokens per step) the efficiencies imply.
+
+    Parameters
+    ----------
+    fitted : bool
+        False (default): the default efficiencies :data:`FLOPS_EFFICIENCY`,
+        :data:`BANDWIDTH_EFFICIENCY` (fit on Llama-2-7B / A100-80GB) for every GPU;
+        True: efficiencies fit by :func:`fit_efficiency` to each (model, GPU) profile.
+    """
+    if not isinstance(fitted, (bool, np.bool_)):
+        raise ValueError(f"fitted must be True or False, got {fitted!r}")
+    vidur = measured_steps().query("source == 'vidur' and phase == 'linear_ops'")
+    rows = []
+    for (model, gpu_name), g in vidur.groupby(["model", "gpu"], sort=True):
+        measured = g.measured_ms.to_numpy() / 1e3
+        effs = (fit_efficiency(model, gpu_name, g.tokens, measured, lm_head=False) if fitted
+                else (FLOPS_EFFICIENCY, BANDWIDTH_EFFICIENCY))
+        roof = Roofline(model, gpu_name, flops_efficiency=effs[0], bandwidth_efficiency=effs[1])
+        predicted = np.maximum(*roof._times(*roof._linear_work(g.tokens.to_numpy())))
+        err = predicted / measured - 1
+        for lo, hi in TOKEN_RANGES:
+            inside = (g.tokens.to_numpy() >= lo) & (g.tokens.to_numpy() <= hi)
+            e = err[inside]
+            rows.append({"gpu": gpu_name, "model": model,
+                         "measured_model": g.measured_model.iloc[0],
+                         "tokens": f"{lo}-{hi}", "points": int(inside.sum()),
+                         "median_abs_error": float(np.median(np.abs(e))),
+                         "worst_abs_error": float(np.abs(e).max()),
+                         "median_signed_error": float(np.median(e)),
+                         "flops_efficiency": float(effs[0]),
+                         "bandwidth_efficiency": float(effs[1]),
+                         "ridge_tokens": float(roof.ridge_tokens)})
+    return pd.DataFrame(rows)

@@ -7,42 +7,44 @@ the step that finishes its prefill, then one token per step until it has emitted
 ``output_tokens``. What goes into a step is the replica's *scheduling mode*
 (``Replica.mode``), each named after the real scheduler it imitates:
 
-* ``"combined"`` (the default): every decoding sequence plus up to ``chunk_tokens`` of
-  prompt prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with
-  no token cap. This is Orca-style iteration-level batching and the additive hybrid
-  batch of the book's worked examples.
+* ``"mixed"`` (the default): token-budget steps. Every decoding sequence takes one
+  token of a ``max_batched_tokens`` budget first, then prompt chunks fill what is left,
+  oldest first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching
+  and SGLang's ``--chunked-prefill-size``.
+* ``"combined"``: every decoding sequence plus up to ``chunk_tokens`` of prompt
+  prefill (all pending prefill when ``chunk_tokens`` is None) in one step, with no
+  token cap: Orca-style iteration-level batching, and the hybrid batch of the seed
+  essay's worked examples.
 * ``"prefill_first"``: a step with prompts to prefill runs only prefill (whole prompts,
   oldest first, up to ``max_batched_tokens`` prompt tokens); the decodes wait for the
   next step without prefill. vLLM V0's default scheduler (no chunked prefill) and
   DistServe's colocated baseline (``simdistserve``'s ``VLLMCluster``).
-* ``"mixed"``: token-budget steps. Every decoding sequence takes one token of a
-  ``max_batched_tokens`` budget first, then prompt chunks fill what is left, oldest
-  first. vLLM V1's default chunked prefill, Sarathi-Serve's stall-free batching and
-  SGLang's ``--chunked-prefill-size``.
+
+A step's duration comes from ``Replica.step_cost`` unless the reader passes a cost
+model: ``"fused"`` (default) prices it as one forward pass over all its tokens, as the
+engines above run it; ``"additive"`` as a decode step plus a prefill step, the seed
+essay's conservative floor.
 
 Around that core: a waiting queue ordered by a policy (``fcfs``, ``sjf``, ``srpt``,
 ``edf``, ``priority``), admission by batch slots and KV-cache capacity (reserving the
 prompt, the expected or the maximum output), preemption with recompute when memory runs
 out, an optional prefix cache keyed by prompt block ids, a queue-depth cap and timeouts
 (recorded as ``rejected`` / ``timed_out``, never dropped), and several replicas behind a
-router (``least_loaded`` by outstanding work, ``least_requests``, ``power_of_two``,
-prefix ``affinity`` with bounded load, ``random``, ``round_robin``, or ``pooled``: one
-shared queue; see :func:`simulate`).
+router (:mod:`servingcap.routers`: routers on the signals a gateway has, the default
+``jsq``, and two bounds, ``pooled`` and ``oracle_work``; see :func:`simulate`).
 
 Units: seconds, tokens, tokens/s. Every request given appears exactly once in the
 output of :func:`simulate`.
 
-Two engines run this model. ``_Engine`` here is the step-by-step reference. For the
-default combined mode with no step log (KV limits, prefix cache, preemption, timeouts
-and ``until_s`` included), :func:`simulate` runs ``_fast_engine.FastEngine``
-instead. It accounts for decodes lazily and takes runs of identical steps at once, and
+Two engines run this model. ``_Engine`` here is the step-by-step reference. In every
+mode with no step log (KV limits, prefix cache, preemption, timeouts and ``until_s``
+included), :func:`simulate` runs ``_fast_engine.FastEngine`` (or its
+``PrefillFirstEngine``) instead. It accounts for decodes lazily and takes runs of identical steps at once, and
 gives the same rows bit for bit (``tests/test_fast_engine.py``).
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import heapq
 import inspect
 import math
@@ -56,15 +58,15 @@ import pandas as pd
 
 from . import _check
 from .params import LOCKED
+from .routers import DEFAULT_ROUTER, ROUTERS, Router, check_router
 
 __all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
-           "MODES"]
+           "MODES", "STEP_COSTS"]
 
 MODES = ("combined", "prefill_first", "mixed")
+STEP_COSTS = ("fused", "additive")
 OUTCOMES = ("done", "rejected", "timed_out", "unfinished")
 POLICIES = ("fcfs", "sjf", "srpt", "edf", "priority")
-ROUTERS = ("least_loaded", "least_requests", "power_of_two", "affinity", "random",
-           "round_robin", "pooled")
 RESERVES = ("prompt", "expected", "max")
 # Run eligible configurations on the lazy engine in _fast_engine (same outputs, faster);
 # tests switch it off to compare with the step-by-step reference, _Engine.
@@ -130,8 +132,7 @@ class Replica:
         Replaces the default cost model. Either
         ``step_time(prefill_tokens, decode_batch, decode_context_tokens) -> seconds``
         (totals for the step), or a function decorated with :func:`detailed` that takes
-        a :class:`StepDetail`. Default: ``decode(batch) + prefill_tokens / prefill_rate``
-        with ``decode(0) = 0``.
+        a :class:`StepDetail`. Default: the built-in cost named by ``step_cost``.
     kv_capacity_tokens : int or None
         KV-cache capacity in tokens (None: unlimited).
     kv_block_tokens : int
@@ -172,13 +173,18 @@ class Replica:
     mode : {"combined", "prefill_first", "mixed"}
         What one step holds (see the module docstring for the engine each imitates).
 
-        * ``"combined"`` (default): all decodes plus up to ``chunk_tokens`` of prefill
-          (everything pending when None), no token cap. It stays the default because
-          every chapter's worked numbers are derived for this additive hybrid step (a
-          step costs decode + prefill) and the book's closed forms (the 530 ms stall,
-          ``C_max``) are stated for it; it is Orca's iteration-level batching with
-          whole or fixed-size chunks. Real engines cap a step's tokens: use one of the
-          other two modes to match one.
+        * ``"mixed"`` (default): a token budget of ``max_batched_tokens`` per step
+          (default: the book's ``LOCKED.token_budget``, 240 tokens, derived from the
+          TPOT objective in chapter "Chunked prefill"); each decoding sequence takes
+          one token of it first, then prefill chunks fill the rest, oldest admission
+          first; waiting requests are admitted only while budget is left. vLLM V1
+          (``--max-num-batched-tokens`` with chunked prefill, its default),
+          Sarathi-Serve, SGLang (``--chunked-prefill-size``). It is the default
+          because it is what production engines run.
+        * ``"combined"``: all decodes plus up to ``chunk_tokens`` of prefill
+          (everything pending when None), no token cap: Orca's iteration-level
+          batching with whole or fixed-size chunks, and the hybrid batch of the
+          seed essay's worked examples (the 530 ms stall, ``C_max``).
         * ``"prefill_first"``: if any admitted sequence has prefill left, the step
           runs only prefill: whole prompts, oldest admission first, as long as their
           total stays within ``max_batched_tokens`` (the first always runs, so that a
@@ -189,16 +195,26 @@ class Replica:
           DistServe's colocated baseline, whose ``simdistserve`` worker batches whole
           prompts FIFO up to ``max_num_tokens`` (66,144 for OPT-13B on one A100) and
           has no batch-size cap.
-        * ``"mixed"``: a token budget of ``max_batched_tokens`` per step; each
-          decoding sequence takes one token of it first (oldest admission first),
-          then prefill chunks fill the rest, oldest admission first; waiting requests
-          are admitted only while budget is left. vLLM V1 (``--max-num-batched-tokens``
-          with chunked prefill, its default), Sarathi-Serve, SGLang
-          (``--chunked-prefill-size``).
     max_batched_tokens : int or None
         Tokens per step for ``mode="prefill_first"`` (prompt tokens; None: no cap) and
-        ``mode="mixed"`` (decode plus prefill tokens; required). vLLM's
-        ``--max-num-batched-tokens``; DistServe's ``max_num_tokens``.
+        ``mode="mixed"`` (decode plus prefill tokens; None: the book's
+        ``LOCKED.token_budget``, set it to your engine's value when you calibrate; it
+        must be at least ``max_batch``). vLLM's ``--max-num-batched-tokens``;
+        DistServe's ``max_num_tokens``.
+    step_cost : {"fused", "additive"}
+        The built-in cost model (used when ``step_time`` is None). ``"fused"``
+        (default): one forward pass over all the step's tokens, as vLLM V1, SGLang,
+        Sarathi-Serve, TensorRT-LLM and Orca run it: the linear ops see the step's
+        total tokens and read the weights once, ``max(weight_read_s, tokens /
+        prefill_rate)``, plus the decode curve's per-sequence (attention) part
+        (:func:`servingcap.llm.fused_step_s`). ``"additive"``: decode step plus
+        ``prefill_tokens / prefill_rate``, the seed essay's conservative floor and
+        what a prefill-first engine pays over two steps.
+    weight_read_s : float or None
+        Fixed part of a fused step (s), the time to read the weights once. None:
+        the decode curve extended to batch 0 along the line through its two smallest
+        batches (10 ms for the book's curve; a constant ``decode_step_s`` is all
+        weight read).
     """
 
     prefill_rate: float = LOCKED.prefill_rate
@@ -219,9 +235,12 @@ class Replica:
     timeout_s: float | None = None
     shed_past_deadline: bool = False
     preemptive: bool = False
-    mode: str = "combined"
+    mode: str = "mixed"
     max_batched_tokens: int | None = None
+    step_cost: str = "fused"
+    weight_read_s: float | None = None
     _decode: Callable = field(init=False, repr=False, compare=False)
+    _weight: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         _check.positive("prefill_rate", self.prefill_rate)
@@ -253,6 +272,17 @@ class Replica:
         if self.step_time is not None and not getattr(self.step_time, "wants_detail", False):
             _check_totals_signature(self.step_time)
         object.__setattr__(self, "_decode", _decode_curve(self.decode_step_s))
+        if self.step_cost not in STEP_COSTS:
+            raise ValueError(f"step_cost must be one of {STEP_COSTS}, got {self.step_cost!r}")
+        if self.weight_read_s is not None:
+            _check.positive("weight_read_s", self.weight_read_s)
+        object.__setattr__(self, "_weight", self.weight_read_s if self.weight_read_s is not None
+                           else _weight_read(self.decode_step_s, self._decode))
+        if self.mode == "mixed" and self.token_cap() < self.max_batch:
+            raise ValueError(
+                f"max_batched_tokens={self.token_cap()!r} is below max_batch={self.max_batch!r}: "
+                "a mixed step must hold one token of every decoding sequence (vLLM refuses "
+                "max_num_batched_tokens < max_num_seqs too)")
 
     def _check_mode(self) -> None:
         if self.mode not in MODES:
@@ -270,15 +300,90 @@ class Replica:
             raise ValueError(
                 f"chunk_tokens={self.chunk_tokens!r} applies to mode='combined' only; "
                 f"mode={self.mode!r} sizes its steps with max_batched_tokens")
-        if self.mode == "mixed" and self.max_batched_tokens is None:
-            raise ValueError("mode='mixed' needs max_batched_tokens (the per-step token "
-                             "budget, e.g. vLLM V1's --max-num-batched-tokens), got None")
 
     def token_cap(self) -> float:
-        """Tokens one step may hold in this mode (inf: no cap)."""
-        if self.mode == "combined" or self.max_batched_tokens is None:
+        """Tokens one step may hold in this mode (inf: no cap). ``mixed`` without a
+        ``max_batched_tokens`` uses the book's budget, ``LOCKED.token_budget``."""
+        if self.mode == "combined":
             return math.inf
+        if self.max_batched_tokens is None:
+            return LOCKED.token_budget if self.mode == "mixed" else math.inf
         return self.max_batched_tokens
+
+    def step_s(self, batch: int, tokens: int, decode_s: float) -> float:
+        """Duration (s) of a step of ``batch`` decodes (whose decode step alone takes
+        ``decode_s``, :meth:`decode_time`) and ``tokens`` prefill tokens, on the
+        built-in cost (``step_cost``): ``"fused"``, one forward pass priced by op group
+        (:func:`servingcap.llm.fused_step_s`), or ``"additive"``, decode step plus
+        prefill step (the seed's conservative floor)."""
+        rate = self.prefill_rate
+        if self.step_cost == "additive":
+            return decode_s + tokens / rate
+        if tokens == 0:
+            return decode_s                       # a pure decode step is the curve itself
+        w = self._weight
+        linear = (batch + tokens) / rate
+        if linear < w:
+            linear = w
+        if batch == 0:
+            return linear
+        own = batch / rate
+        attention = decode_s - (own if own > w else w)
+        return (attention if attention > 0 else 0.0) + linear
+
+    @property
+    def idle_chunk_tokens(self) -> float:
+        """Prompt tokens one step prefills when the replica has nothing else to run
+        (inf: the whole prompt): ``chunk_tokens`` in combined mode, the whole token
+        budget in mixed mode, whole prompts in prefill_first."""
+        if self.mode == "combined":
+            return self.chunk_tokens or math.inf
+        if self.mode == "mixed":
+            return self.token_cap()
+        return math.inf
+
+    def idle_prefill_s(self, prompt_tokens) -> np.ndarray:
+        """Seconds to prefill each prompt alone on an idle replica, chunk by chunk as
+        the mode prescribes, on the built-in cost (``step_time`` None). Additive:
+        ``prompt / prefill_rate``; fused: each chunk ``max(weight_read_s, chunk /
+        prefill_rate)``."""
+        if self.step_time is not None:
+            raise ValueError("idle_prefill_s needs the built-in cost model, got a custom "
+                             "step_time (sum its steps instead)")
+        p = np.asarray(prompt_tokens, dtype=float)
+        rate = self.prefill_rate
+        if self.step_cost == "additive":
+            return p / rate
+        w, c = self._weight, self.idle_chunk_tokens
+        if c == math.inf:
+            return np.maximum(w, p / rate)
+        full, rest = np.floor_divide(p, c), np.mod(p, c)
+        return full * max(w, c / rate) + np.where(rest > 0, np.maximum(w, rest / rate), 0.0)
+
+    def full_batch_work_s(self, prompt_tokens, output_tokens) -> np.ndarray:
+        """Replica time each request needs when the replica is never idle (s), on the
+        built-in cost: the fluid work behind a replica's throughput bound.
+
+        Additive: its prefill plus ``N - 1`` decode steps shared by ``max_batch``
+        sequences, ``P / prefill_rate + (N - 1) t(B) / B``. Fused, a lower bound: the
+        linear ops cost at least ``max(weight_read_s * (N - 1) / B, (P + N - 1) /
+        prefill_rate)`` (every token at the compute rate, and at least one weight read
+        per ``B`` decode tokens), plus ``N - 1`` decode tokens' per-sequence part at its
+        cheapest batch, ``min_b a(b) / b``."""
+        if self.step_time is not None:
+            raise ValueError("full_batch_work_s needs the built-in cost model, got a custom "
+                             "step_time")
+        p = np.asarray(prompt_tokens, dtype=float)
+        n = np.asarray(output_tokens, dtype=float)
+        b, rate = self.max_batch, self.prefill_rate
+        decode_tokens = np.maximum(n - 1.0, 0.0)
+        if self.step_cost == "additive":
+            return p / rate + decode_tokens * self.decode_time(b) / b
+        w = self._weight
+        per_sequence = min(max(self.decode_time(k) - max(w, k / rate), 0.0) / k
+                           for k in range(1, b + 1))
+        linear = np.maximum(w * decode_tokens / b, (p + decode_tokens) / rate)
+        return linear + decode_tokens * per_sequence
 
     def queue_cap(self, priority: float) -> float:
         """Waiting requests at which an arrival of this priority is rejected."""
@@ -303,7 +408,8 @@ class Replica:
     def cost(self, detail: StepDetail) -> float:
         """Duration of a step with this composition (s)."""
         if self.step_time is None:
-            return self.decode_time(detail.decode_batch) + detail.prefill_tokens / self.prefill_rate
+            batch = detail.decode_batch
+            return self.step_s(batch, detail.prefill_tokens, self.decode_time(batch))
         if getattr(self.step_time, "wants_detail", False):
             seconds = self.step_time(detail)
         else:
@@ -361,13 +467,41 @@ def _table_step_s(batch: float, batches, seconds) -> float:
     return float(np.interp(batch, batches, seconds))
 
 
+def _weight_read(spec, decode: Callable[[int], float]) -> float:
+    """Weight-read time (s) implied by a decode curve: a constant step is all weight
+    read; a table or function is extended to batch 0 along the line through its two
+    smallest batches (clamped into (0, step at the smallest batch])."""
+    if callable(spec) and not isinstance(spec, Mapping):
+        (b0, t0), (b1, t1) = (1, decode(1)), (2, decode(2))   # decode names bad returns
+    elif isinstance(spec, Mapping):
+        batches = sorted(spec)
+        if len(batches) == 1:
+            return float(spec[batches[0]])
+        (b0, t0), (b1, t1) = ((b, float(spec[b])) for b in batches[:2])
+    else:
+        return float(spec)
+    intercept = t0 - (t1 - t0) / (b1 - b0) * b0
+    return float(min(max(intercept, 1e-9), t0)) if t0 > 0 else 1e-9
+
+
 def _decode_curve(spec) -> Callable[[int], float]:
     if callable(spec):
-        return lambda b: float(spec(b))
+        def seconds(b):
+            value = spec(b)
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"decode_step_s {_name(spec)} must return seconds (a number) "
+                                 f"for a batch size, got {value!r} at batch {b}") from None
+        return seconds
     if isinstance(spec, Mapping):
         if not spec:
             raise ValueError("decode_step_s table must not be empty, got {}")
-        batches = np.array(sorted(spec), dtype=float)
+        try:
+            batches = np.array(sorted(spec), dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError("decode_step_s table must map batch sizes (numbers) to seconds, "
+                             f"got keys {list(spec)!r}") from None
         seconds = np.array([_check.positive(f"decode_step_s[{b}]", spec[b]) for b in sorted(spec)])
         for b in batches:
             _check.positive("decode_step_s batch", b)
@@ -440,14 +574,6 @@ class _Requests:
             raise ValueError(f"kv_reserve={replica.kv_reserve!r} needs a {column} column or "
                              f"Replica({column.replace('predicted', 'expected')}=...)")
         return np.full(self.n, int(default), dtype=np.int64)
-
-    def affinity_key(self, i: int):
-        """What the ``affinity`` router hashes: first prompt block, session, or row."""
-        if self.hash_ids is not None and len(self.hash_ids[i]):
-            return ("block", self.hash_ids[i][0])
-        if self.session is not None:
-            return ("session", self.session[i])
-        return ("row", i)
 
     def key(self, i: int, policy: str) -> tuple:
         """Queue order: smaller first; ties by arrival then index."""
@@ -568,7 +694,7 @@ class _Engine:
         return len(self.running) + (len(self.queue.heap) if len(self.queue.replicas) == 1 else 0)
 
     def work_at(self, t: float) -> int:
-        """Outstanding work (tokens) at time ``t``, for ``least_loaded``: what
+        """Outstanding work (tokens) at time ``t``, for ``oracle_work``: what
         :attr:`work` would be had the repeated decode steps ending before ``t`` been
         applied one by one (they are applied together when the run ends)."""
         if self.repeat <= 1 or self.busy_until == math.inf:
@@ -866,6 +992,65 @@ class _Engine:
                 gone = set(done.tolist())
                 self.running = [i for i in self.running if i not in gone]
 
+    # ---- gateway signals: what a router may read (servingcap.routers); never output lengths
+    def queue_depth(self) -> int:
+        """Requests waiting here, not yet admitted (0 when the queue is shared)."""
+        return len(self.queue.heap) if len(self.queue.replicas) == 1 else 0
+
+    def running_requests(self) -> int:
+        """Requests admitted (prefilling or decoding)."""
+        return len(self.running)
+
+    def free_slots(self) -> int:
+        """Batch slots not claimed by a running or a waiting request."""
+        return max(self.spec.max_batch - len(self.running) - self.queue_depth(), 0)
+
+    def _steps_ended(self, t: float) -> int:
+        """Steps of the run in flight that ended before ``t`` (not yet applied)."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return 0
+        return min(max(math.ceil((t - self.step_start) / self.step_duration) - 1, 0),
+                   self.repeat)
+
+    def kv_tokens(self, t: float) -> int:
+        """KV-cache tokens in use at ``t``: prompt plus tokens generated so far, summed
+        over the admitted requests."""
+        r, run = self.req, self.running
+        used = int((r.prompt[run] + r.generated[run]).sum()) if run else 0
+        return used + self._steps_ended(t) * self._step_batch()
+
+    def pending_prefill(self, t: float) -> int:
+        """Prompt tokens still to prefill at ``t``: what admitted requests have left."""
+        left = self.req.prefill_left
+        return int(sum(int(left[i]) for i in self.running))
+
+    def queued_tokens(self) -> int:
+        """Context tokens of the requests waiting here (prompt, plus the tokens to
+        recompute of a preempted one)."""
+        if self.queue_depth() == 0:
+            return 0
+        r = self.req
+        return int(sum(int(r.prompt[i] + r.generated[i]) for _, i in self.queue.heap))
+
+    def active_prompt_blocks(self) -> int:
+        """KV blocks (``kv_block_tokens``) of the prompts of the requests admitted or
+        waiting here: what a router that counts the blocks it sent sees."""
+        prompt, block = self.req.prompt, self.spec.kv_block_tokens
+        waiting = [i for _, i in self.queue.heap] if self.queue_depth() else []
+        return sum(-(-int(prompt[i]) // block) for i in [*self.running, *waiting])
+
+    def prefix_match(self, i: int) -> int:
+        """Leading prompt blocks of request ``i`` in this replica's prefix cache (what
+        its KV events tell a router)."""
+        if not self.spec.prefix_cache_blocks:
+            return 0
+        n = 0
+        for block in self.req.hash_ids[i]:
+            if block not in self.prefix:
+                break
+            n += 1
+        return n
+
 
 # --------------------------------------------------------------------------- the fleet
 
@@ -875,76 +1060,16 @@ def check_fleet(replica, replicas, router: str, policy: str) -> int:
     if not isinstance(replica, Replica):
         raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
     n = _check.whole("replicas", replicas)
-    if router not in ROUTERS:
-        raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
+    check_router(router)
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     return n
 
 
-class _Router:
-    """Picks the replica for each arrival (see :func:`simulate`'s ``router``)."""
-
-    POINTS = 64                                     # ring points per replica (affinity)
-
-    def __init__(self, name: str, engines: list, req: _Requests, rng, bound: float):
-        self.name, self.engines, self.req, self.rng = name, engines, req, rng
-        self.next_rr = 0
-        if name == "affinity":
-            self.bound = _check.number("affinity_bound", bound)
-            if self.bound < 1:
-                raise ValueError(f"affinity_bound must be >= 1, got {bound!r}")
-            ring = sorted((_stable_hash(("replica", e.index, p)), e.index)
-                          for e in engines for p in range(self.POINTS))
-            self.ring_keys = [h for h, _ in ring]
-            self.ring_replicas = [k for _, k in ring]
-
-    def pick(self, i: int) -> _Engine:
-        engines, name = self.engines, self.name
-        if name == "pooled":
-            return engines[0]
-        t = self.req.arrival[i]
-        # min() returns the first of equal keys, and engines are in index order
-        if name == "least_loaded":
-            return min(engines, key=lambda e: e.work_at(t))
-        if name == "least_requests":
-            return min(engines, key=lambda e: e.load())
-        if name == "random":
-            return engines[int(self.rng.integers(len(engines)))]
-        if name == "power_of_two":
-            if len(engines) == 1:
-                return engines[0]
-            a = int(self.rng.integers(len(engines)))
-            b = int(self.rng.integers(len(engines) - 1))
-            b += b >= a
-            return min(engines[a], engines[b], key=lambda e: (e.work_at(t), e.index))
-        if name == "affinity":
-            return self._affinity(i)
-        target = engines[self.next_rr % len(engines)]
-        self.next_rr += 1
-        return target
-
-    def _affinity(self, i: int) -> _Engine:
-        loads = [e.load() for e in self.engines]
-        cap = math.ceil(self.bound * (sum(loads) + 1) / len(self.engines))
-        start = bisect.bisect(self.ring_keys, _stable_hash(self.req.affinity_key(i)))
-        size = len(self.ring_keys)
-        for step in range(size):
-            k = self.ring_replicas[(start + step) % size]
-            if loads[k] + 1 <= cap:
-                return self.engines[k]
-        return min(self.engines, key=lambda e: (loads[e.index], e.index))   # unreachable
-
-
-def _stable_hash(key) -> int:
-    """A 64-bit hash that is the same in every process (Python's str hash is salted)."""
-    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
-
-
 def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas: int = 1,
-             router: str = "least_loaded", policy: str = "fcfs", seed=None,
+             router: str = DEFAULT_ROUTER, policy: str = "fcfs", seed=None,
              until_s: float | None = None, step_log: bool = False,
-             affinity_bound: float = 1.25):
+             affinity_bound: float = 1.25, router_options: dict | None = None):
     """Replay ``requests`` through ``replicas`` copies of ``replica``.
 
     Parameters
@@ -959,30 +1084,35 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     replicas : int
         Number of identical replicas.
     router : str
-        How arrivals are assigned to replicas (ties go to the lowest index):
+        How arrivals are assigned to replicas (:mod:`servingcap.routers`; ties go to the
+        lowest index unless said). Realistic routers read only what a gateway sees:
+        queue depth, running requests, free slots, KV tokens in use and prefix matches.
 
-        * ``"least_loaded"``: the replica with the least outstanding *work*, counted in
-          tokens still to process for the requests routed there (waiting or admitted):
-          remaining prefill tokens (a whole prompt until it is admitted, less its
-          prefix-cache hit) plus output tokens still to emit, one per decode step.
-          Work sees how far each request has got, so a replica that has just emptied
-          is refilled only until its work matches the others'.
-        * ``"least_requests"``: the replica with the fewest outstanding requests
-          (waiting + admitted), blind to their progress. With equal output lengths it
-          synchronizes a fleet: requests admitted together finish together, the
-          emptied replica takes every new arrival until its count catches up, and
-          those prompts are prefilled together in one long step.
+        * ``"jsq"`` (default): a replica with a free slot first (the most free
+          slots), else the shortest waiting queue.
+        * ``"least_requests"``: the fewest outstanding requests (waiting + admitted).
+          With equal output lengths it synchronizes a fleet: requests admitted
+          together finish together, the emptied replica takes every new arrival until
+          its count catches up, and those prompts are prefilled together.
+        * ``"endpoint_picker"``: the Gateway API Inference Extension's weighted score
+          (queue 2, KV 2, prefix 3; ``router_options``: ``queue_weight``,
+          ``kv_weight``, ``prefix_weight``), ties at random (``seed``).
+        * ``"cache_aware"``: SGLang's rule (``balance_abs`` 64, ``balance_rel`` 1.5,
+          ``cache_threshold`` 0.3).
+        * ``"kv_cost"``: Dynamo's cost ``overlap_weight`` x prefill blocks + decode
+          blocks, lowest wins (``temperature`` 0).
         * ``"power_of_two"``: two distinct replicas drawn at random (``seed``), the one
-          with less outstanding work wins (Mitzenmacher's power of two choices).
-        * ``"affinity"``: prefix/session affinity with bounded load (consistent hashing
-          with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018). The key is the
-          first prompt block (``hash_ids[0]``), else a ``session_id`` column, else the
-          request's row; keys hash onto a ring of replicas (64 points each) and a
-          request goes to the first replica clockwise whose outstanding requests are
-          below ``ceil(affinity_bound * (total + 1) / replicas)``. Requests sharing a
-          prefix meet the same replica's prefix cache while no replica is overloaded.
-        * ``"random"``: uniformly at random (``seed``); ``"round_robin"``: in turn;
-          ``"pooled"``: one queue shared by all replicas (a perfect balancer).
+          with fewer outstanding requests wins (Mitzenmacher's power of two choices).
+        * ``"affinity"``: prefix affinity on the request's ``hash_ids`` (the longest
+          run of leading blocks the router sent there) with bounded load (consistent
+          hashing with bounded loads): no replica takes a request once its outstanding
+          requests reach ``ceil(affinity_bound * (total + 1) / replicas)``; without a
+          match, a ring keyed by ``session_id`` (else the row).
+        * ``"random"`` (``seed``), ``"round_robin"``.
+        * Bounds, not routers: ``"pooled"``, one queue shared by all replicas (a perfect
+          balancer), and ``"oracle_work"``, the least outstanding *work* in tokens
+          counted with every output length known in advance (what ``least_loaded``
+          was; that name now raises ValueError).
     policy : {"fcfs", "sjf", "srpt", "edf", "priority"}
         Order of each waiting queue.
     seed : int, optional
@@ -995,6 +1125,9 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     affinity_bound : float
         Load bound ``c >= 1`` of the ``affinity`` router: no replica takes more than
         ``c`` times the mean outstanding requests (1.25 by default).
+    router_options : dict, optional
+        Parameters of the ``endpoint_picker``, ``cache_aware`` and ``kv_cost`` routers
+        (:data:`servingcap.routers.OPTIONS` lists them with their defaults).
 
     Returns
     -------
@@ -1042,11 +1175,11 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     engines = []
     for k in range(n_rep):
         queue = shared if shared is not None else _Queue()
-        engine = (_fast_engine.FastEngine(k, replica, req, queue, policy, lists) if fast
+        engine = (_fast_engine.engine(k, replica, req, queue, policy, lists) if fast
                   else _Engine(k, replica, req, queue, policy, steps))
         queue.replicas.append(engine)
         engines.append(engine)
-    route = _Router(router, engines, req, rng, affinity_bound)
+    route = Router(router, engines, req, rng, affinity_bound, router_options)
     touched: list[_Queue] = []                          # queues fed since the last wake-up
     times, rows, prompts = req.arrival[order].tolist(), order.tolist(), req.prompt.tolist()
     longest = min(math.inf if replica.max_prompt_tokens is None else replica.max_prompt_tokens,
@@ -1073,6 +1206,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
             else:
                 target.enqueue(i)
+                route.update(target)
                 if queue not in touched:
                     touched.append(queue)
             if a < n_req and times[a] == t_arrival:
@@ -1081,6 +1215,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 for server in q.replicas:
                     if server.busy_until == math.inf:
                         server.plan(t_arrival)          # wake an idle replica
+                        route.update(server)
                     else:
                         server.cut(t_arrival)           # or let it admit at its next boundary
             touched.clear()
@@ -1090,6 +1225,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         now = engine.busy_until
         engine.finish_step()
         engine.plan(now)
+        route.update(engine)
     if fast:
         for engine in engines:
             engine.settle()                 # write out the lazily counted decode state

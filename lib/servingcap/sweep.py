@@ -205,8 +205,8 @@ def _default_cost(replica: Replica) -> float:
     if not isinstance(replica, Replica):
         raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
     if replica.step_time is not None:
-        raise ValueError("the breakdown needs the default cost model (decode time + prefill "
-                         "tokens / prefill_rate), but replica has a custom step_time")
+        raise ValueError("the breakdown needs the built-in cost model (Replica.step_cost), "
+                         "but replica has a custom step_time")
     return replica.prefill_rate
 
 
@@ -218,15 +218,16 @@ def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
 
     - ``queue_s = admitted_s - arrival_s``: waiting for a batch slot (and for the step in
       flight to end);
-    - ``prefill_s = (prompt_tokens - cached_tokens) / prefill_rate``: the request's own
-      prefill work;
+    - ``prefill_s``: the request's own prefill work, ``prompt_tokens - cached_tokens``
+      prefilled alone in the mode's chunks (``Replica.idle_prefill_s``; with the
+      additive cost, tokens / prefill_rate);
     - ``shared_s``: the rest of the step(s) that produced its first token, i.e. the
       decodes and other prefills it shared them with.
 
     Needs the default cost model of :class:`~servingcap.serving.Replica`. Rows of
     requests that never produced a first token get NaN.
     """
-    rate = _default_cost(replica)
+    _default_cost(replica)
     if not isinstance(requests, pd.DataFrame):
         raise ValueError(f"requests must be a DataFrame, got {type(requests).__name__}")
     _check.table("requests", requests,
@@ -240,8 +241,8 @@ def ttft_parts(requests: pd.DataFrame, replica: Replica) -> pd.DataFrame:
                            nonnegative_values=True)
               if "cached_tokens" in requests else 0)
     queue = requests["admitted_s"] - requests["arrival_s"]
-    own = (requests["prompt_tokens"] - cached) / rate
-    own = own.where(requests["ttft_s"].notna())
+    alone = replica.idle_prefill_s((requests["prompt_tokens"] - cached).to_numpy(dtype=float))
+    own = pd.Series(alone, index=requests.index).where(requests["ttft_s"].notna())
     return pd.DataFrame({
         "ttft_s": requests["ttft_s"],
         "queue_s": queue.where(requests["ttft_s"].notna()),
@@ -255,8 +256,10 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
     """Split each request's TPOT (s/token) into its batch's decode time and prefill stalls.
 
     A request's tokens after the first come from the steps of its replica that start in
-    ``[first_token_s, finish_s)``. Each such step lasts ``decode(batch) +
-    prefill_tokens / prefill_rate``; averaging over those ``output_tokens - 1`` steps:
+    ``[first_token_s, finish_s)``. Each such step lasts ``decode(batch)`` plus what the
+    prefill chunks in it add (``prefill_tokens / prefill_rate`` with the additive cost;
+    with the fused cost, only what the chunk adds past the weight read: ``duration_s -
+    decode(batch)``); averaging over those ``output_tokens - 1`` steps:
 
     ``tpot_s = decode_s + stall_s`` where ``stall_s`` is the prefill work of *other*
     requests per token (s/token) and ``decode_s`` the decode step time at the batches it
@@ -278,7 +281,7 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
     for label, frame, cols in (("requests", requests, ("first_token_s", "finish_s", "tpot_s",
                                                       "output_tokens", "replica")),
                                ("steps", steps, ("start_s", "replica", "decode_batch",
-                                                 "prefill_tokens"))):
+                                                 "prefill_tokens", "duration_s"))):
         if not isinstance(frame, pd.DataFrame):
             raise ValueError(f"{label} must be a DataFrame, got {type(frame).__name__}")
         missing = [c for c in cols if c not in frame.columns]
@@ -298,7 +301,18 @@ def tpot_parts(requests: pd.DataFrame, steps: pd.DataFrame, replica: Replica) ->
     for k, group in steps.groupby("replica", sort=True):
         g = group.sort_values("start_s", kind="stable")
         start = _check.column(g, "start_s", "steps")
-        pre = np.concatenate([[0.0], np.cumsum(_check.column(g, "prefill_tokens", "steps") / rate)])
+        batches = _check.column(g, "decode_batch", "steps")
+        finite = np.where(np.isfinite(batches), batches, -1.0)
+        bad = (finite < 0) | (finite > 1e9) | (finite != np.round(finite))
+        if bad.any():
+            raise ValueError("steps['decode_batch'] must be whole numbers of sequences "
+                             f"(0 to 1e9), got {batches[bad][0]!r}")
+        batches = batches.astype(np.int64)
+        extra = _check.column(g, "duration_s", "steps") - np.array(
+            [replica.decode_time(int(b)) for b in batches])
+        if replica.step_cost == "additive":       # the same seconds, without round-off
+            extra = _check.column(g, "prefill_tokens", "steps") / rate
+        pre = np.concatenate([[0.0], np.cumsum(extra)])
         bat = np.concatenate([[0.0], np.cumsum(_check.column(g, "decode_batch", "steps"))])
         idx = np.flatnonzero(has & (rep == k))
         lo = np.searchsorted(start, first[idx] - _EPS, side="left")

@@ -109,14 +109,17 @@ def _read_azure(path: Path) -> pd.DataFrame:
     try:
         frame = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path.name}: not a readable CSV trace ({exc})") from exc
+        raise ValueError(f"{path}: not a readable CSV trace ({' '.join(str(exc).split())})"
+                         ) from exc
     _require(frame, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], path)
-    try:
-        stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601")
-    except (ValueError, TypeError) as exc:
-        raise ValueError(
-            f"{path.name}: TIMESTAMP has a value that is not a date-time ({exc})"
-        ) from exc
+    # One line: the first value that is there but not a date-time, with its line in the
+    # file (the header is line 1); empty stamps and token counts are checked by load_trace.
+    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    bad = (stamps.isna() & frame["TIMESTAMP"].notna()).to_numpy()
+    if bad.any():
+        i = int(bad.argmax())
+        raise ValueError(f"{path} line {i + 2}: TIMESTAMP is {frame['TIMESTAMP'].iat[i]!r}, "
+                         "expected an ISO 8601 date-time")
     seconds = (stamps - stamps.min()).dt.total_seconds()
     return pd.DataFrame({"arrival_s": seconds, "prompt_tokens": frame["ContextTokens"],
                          "output_tokens": frame["GeneratedTokens"]})
