@@ -356,6 +356,10 @@ def poisson_counts(rates_rps, dt_s: float, rng) -> np.ndarray:
     return _check.generator("rng", rng).poisson(r * dt).astype(float)
 
 
+MAX_INTERVALS = 1_000_000
+"""Most intervals :func:`diurnal_rates` builds (a year at 30 s steps, about)."""
+
+
 @_check.guarded
 def diurnal_rates(duration_s: float, dt_s: float, mean_rps: float, swing: float,
                   period_s: float = 86_400.0, trough_at_s: float = 0.0) -> np.ndarray:
@@ -374,5 +378,8 @@ def diurnal_rates(duration_s: float, dt_s: float, mean_rps: float, swing: float,
     period = _check.positive("period_s", period_s)
     trough = _check.number("trough_at_s", trough_at_s)
     n = math.ceil(total / dt - 1e-9)
+    if n > MAX_INTERVALS:
+        raise ValueError(f"duration_s / dt_s must give at most {MAX_INTERVALS:,} intervals, got "
+                         f"duration_s={duration_s!r} and dt_s={dt_s!r} ({n:,} intervals)")
     mid = (np.arange(n) + 0.5) * dt
     return mean * (1.0 - s * np.cos(2.0 * np.pi * (mid - trough) / period))

@@ -1007,8 +1007,8 @@ def _capacity(s: _Setup, n: int, tol, lo, hi, progress, known) -> CapacityResult
         said = verdict(hi)
         if said == "meets":
             raise ValueError(f"hi must be a rate that misses the target, but hi={hi!r} "
-                             f"req/s meets it (attainment {rows[-1]['attainment']:.4g} >= "
-                             f"{s.target!r})")
+                             f"req/s meets it on replicas={n!r} (attainment "
+                             f"{rows[-1]['attainment']:.4g} >= {s.target!r})")
         if said == "open":
             opens.append(hi)
             hi = None
