@@ -3,6 +3,7 @@ the default is near the pooled bound on issue 21's scenario, the heap behind ``j
 ``least_requests`` picks what a full scan picks, and ``least_loaded`` is refused with
 its new name."""
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -13,8 +14,12 @@ from servingcap import routers, serving
 from servingcap.routers import BOUNDS, DEFAULT_ROUTER, REALISTIC, Router
 from servingcap.serving import Replica, simulate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import routers as bench  # noqa: E402  (bench/routers.py: the scenario and its measurement)
+# bench/routers.py holds the scenario and its measurement; load it by path (no sys.path edit)
+_BENCH = Path(__file__).resolve().parent.parent / "bench" / "routers.py"
+_spec = importlib.util.spec_from_file_location("bench_routers", _BENCH)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["bench_routers"] = bench
+_spec.loader.exec_module(bench)
 
 
 def fleet_requests(outputs_seed: int) -> pd.DataFrame:
