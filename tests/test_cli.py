@@ -147,8 +147,50 @@ def test_trace_replay_runs_and_says_what_it_replays():
     assert "trace azure_code: 3000 of " in done.stdout
     assert "consecutive blocks" in done.stdout
     assert parse(done.stdout)["fleet"][0] >= 1
-    _, text = _trace_requests("mooncake", None)
-    assert "hash_ids (prefix reuse) not used" in text
+    frame, _ = _trace_requests("mooncake", None)
+    assert "hash_ids" in frame.columns          # kept for the prefix cache
+
+
+MOONCAKE = ["plan", "--trace", "mooncake", "--requests", "3000", "--rate", "1",
+            "--ttft-p99-ms", "30000", "--budget", "2", "--workers", "1", "--no-progress"]
+HIT = r"prefix cache at (\d+) replicas?: ([\d.]+)% of prompt tokens .*at most ([\d.]+)%"
+
+
+def _unbounded_shared_hit_rate(frame) -> float:
+    """Independent recomputation: one unbounded cache in arrival order; a request's
+    leading blocks seen before are hits, worth 512 tokens each, at most prompt - 1."""
+    seen, saved = set(), 0
+    for ids, prompt in zip(frame["hash_ids"], frame["prompt_tokens"], strict=True):
+        lead = 0
+        for block in ids:
+            if block not in seen:
+                break
+            lead += 1
+        saved += min(512 * lead, prompt - 1)
+        seen.update(ids)
+    return saved / frame["prompt_tokens"].sum()
+
+
+def test_mooncake_plan_uses_and_reports_its_prefix_cache(capsys):
+    status, out, err = main_in_process(MOONCAKE, capsys)
+    assert status == 0, err
+    assert "Prefix cache: per-replica LRU, unbounded" in out
+    found = re.search(HIT, out)
+    assert found, out
+    frame, _ = _trace_requests("mooncake", 3000)
+    bound = _unbounded_shared_hit_rate(frame)
+    assert float(found.group(3)) == pytest.approx(100 * bound, abs=0.051)
+    # per-replica caches that start cold in every replication hit less than one shared
+    # unbounded cache warm from the whole trace, and Mooncake reuses prefixes: more than 0
+    assert 0 < float(found.group(2)) <= float(found.group(3))
+    # the cache is used: without it every prompt is prefilled in full, so each replica's
+    # fluid throughput bound is lower
+    status, off, err = main_in_process([*MOONCAKE, "--prefix-cache-tokens", "0"], capsys)
+    assert status == 0, err
+    assert "Prefix cache: off" in off and not re.search(HIT, off)
+    bound_on = float(re.search(r"fluid throughput bound: ([\d.]+) req/s", out).group(1))
+    bound_off = float(re.search(r"fluid throughput bound: ([\d.]+) req/s", off).group(1))
+    assert bound_on > bound_off
 
 
 def test_progress_bar_goes_to_stderr(capsys):
@@ -167,6 +209,9 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--requests", "2.5"], "--requests"),
     (["--requests", "3000"], "--requests"),         # only with --trace
     (["--requests", "1e9"], "--requests"),
+    (["--prefix-cache-tokens", "4096"], "--prefix-cache-tokens"),   # no trace, no hash_ids
+    (["--trace", "azure_code", "--prefix-cache-tokens", "4096"], "--prefix-cache-tokens"),
+    (["--trace", "mooncake", "--prefix-cache-tokens", "-1"], "--prefix-cache-tokens"),
     (["--trace", "azure_code", "--requests", "1e9"], "--requests"),
     (["--prompt-tokens", "1e9"], "--ttft-p99-ms"),   # 125,000 s of prefill > 1 s
     (["--prompt-dist", "lognormal:mean=2000,cv=1"], "--ttft-p99-ms"),

@@ -71,6 +71,7 @@ from servingcap import (  # noqa: E402
     profiles,
     queues,
     roofline,
+    router_study,
     routers,
     serving,
     sim,
@@ -89,7 +90,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning", "routers", "memory")
+                  "calibrate", "disagg", "planning", "routers", "memory", "router_study")
 DEADLINE_S = 1.0
 # An entry that runs simulations (heavy) gets more time: a planning call decides each
 # point by a sequential check over several replications, and on a shared 2-core machine
@@ -111,6 +112,10 @@ def _alarm(signum, frame):
 _RNG = np.random.default_rng(0)
 REQUESTS = sweep.poisson_requests(2.0, 30, 0)
 REPLICA = serving.Replica()
+STUDY = pd.DataFrame({"mix": "m", "load": 0.5, "rate_rps": 1.0, "router": ["random", "pooled"],
+                      "ttft_p99_s": [2.0, 1.0], "ttft_p99_low": [1.5, 0.9],
+                      "ttft_p99_high": [2.5, 1.1], "x_pooled": [2.0, 1.0],
+                      "prefix_hit_rate": np.nan, "replications": 2, "requests": 400})
 RESULT, STEPS = serving.simulate(REQUESTS, REPLICA, step_log=True)
 RESULT = RESULT.assign(verified=True)
 ARRIVALS = np.cumsum(_RNG.exponential(1.0, 50))
@@ -291,6 +296,14 @@ ENTRIES = [
     E("fleet.gpu_busy", fleet.gpu_busy, arrival_rate=30.0, replicas=22, prefill_s=0.25,
       output_tokens=300.0, decode_step_s=0.03, batch=32),
     E("routers.check_router", routers.check_router, router="jsq"),
+    E("router_study.compare_routers", router_study.compare_routers, heavy=True,
+      allow_nan=True, mixes={"m": sweep.poisson_requests(2.0, 400, 0)}, replica=REPLICA,
+      replicas=1, loads=[0.5], routers=["pooled", "random"], replications=2,
+      requests=200, quantile=0.9, seed=0, executor=None),
+    E("router_study.best_realistic", router_study.best_realistic, allow_nan=True,
+      table=STUDY),
+    E("router_study.direction", router_study.direction, table=STUDY, mix="m", load=0.5,
+      router="random", other="pooled"),
     E("fleet.routed_waits", fleet.routed_waits, arrival_times=ARRIVALS, service_times=SERVICES,
       replicas=2, slots_per_replica=1, router="pooled", rng=1),
     E("fleet.slot_requests", fleet.slot_requests, arrival_rate=2.0, n=20, hold_s=1.0, rng=1,

@@ -332,3 +332,35 @@ def test_the_capacity_is_bracketed_by_decided_rates_with_open_ones_between(monke
     assert found.rate > 0.97 * lo_open and found.upper < 1.03 * hi_open   # rtol-tight
     assert found.open and all(lo_open <= r <= hi_open for r in found.open)
     assert "capacity between" in str(found) and "open at" in str(found)
+
+
+def _shared_prefix_trace(n: int = 600) -> pd.DataFrame:
+    """Requests that share a 4-block (2,048-token) prefix among 3 system prompts, then
+    2 blocks of their own: a prefix cache can serve 2/3 of each prompt after warm-up."""
+    rng = np.random.default_rng(11)
+    ids = [[f"s{k % 3}-{j}" for j in range(4)] + [f"r{k}-0", f"r{k}-1"] for k in range(n)]
+    return pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(0.5, n)),
+                         "prompt_tokens": np.full(n, 6 * 512), "output_tokens": 20,
+                         "hash_ids": ids})
+
+
+def test_prefix_cache_is_used_by_the_bounds_and_reported_by_evaluate():
+    trace = _shared_prefix_trace()
+    plain = Replica(prefill_rate=8000, decode_step_s=0.02, max_batch=8)
+    cached = Replica(prefill_rate=8000, decode_step_s=0.02, max_batch=8,
+                     prefix_cache_blocks=1000)
+    # Bounds: the three shared prefixes are each prefilled once, so an unbounded shared
+    # cache skips 4 of 6 blocks of every other prompt.
+    need = slo_floor(trace, cached)["prompt_tokens"].to_numpy()
+    assert (need[3:] == 2 * 512).all() and (need[:3] == 6 * 512).all()
+    assert fluid_rate(trace, cached) > 2.5 * fluid_rate(trace, plain)
+    # The simulated hit rate: about 4/6 of the prompt tokens, a little less because the
+    # first request of each prefix on each replica misses (3 prefixes x 2 replicas x
+    # 2 replications of 300 requests: 12 cold misses of 4 blocks in 2,400 blocks), and
+    # never above the bound from one shared warm cache.
+    bound = 1 - need.sum() / trace["prompt_tokens"].sum()
+    row = evaluate(trace, cached, 1.5, replicas=2, budget=2, **{**FAST,
+                   "min_requests": 300})
+    assert 0.6 < row["prefix_hit_rate"] <= bound
+    assert math.isnan(evaluate(trace, plain, 1.5, replicas=2, budget=2,
+                               **{**FAST, "min_requests": 300})["prefix_hit_rate"])

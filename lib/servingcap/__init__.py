@@ -26,6 +26,9 @@ Modules, one idea each:
 - :mod:`servingcap.autoscale`   a fleet whose servers arrive late
 - :mod:`servingcap.tails`       tail segmentation and honest percentiles
 - :mod:`servingcap.fleet`       fleet sizing: Little + square-root staffing + spares, routing
+- :mod:`servingcap.routers`     gateway routers on signals a gateway sees, and two bounds
+- :mod:`servingcap.router_study` routers compared on length mixes, TTFT p99 with intervals
+- :mod:`servingcap.memory`      weights, runtime reserve and KV cache on a GPU
 - :mod:`servingcap.planning`    capacity search and the ``python -m servingcap plan`` command
 - :mod:`servingcap.stats`       output analysis: warm-up, replications, intervals, steady state
 - :mod:`servingcap.parallel`    independent simulations on any executor (local pool, Dask)

@@ -43,6 +43,7 @@ DEFAULTS = {
     "decode_table": None,
     "chunk_tokens": None,
     "max_batch": 32,
+    "prefix_cache_tokens": None,
     "mode": "mixed",
     "max_batched_tokens": None,
     "step_cost": "fused",
@@ -197,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                         ".csv (Azure columns) / .jsonl (Mooncake fields) file; arrivals are "
                         "rescaled to --rate keeping the burst shape; token counts from the "
                         "trace (0 becomes 1); replication i replays the i-th block of the "
-                        "trace; Mooncake hash_ids (prefix reuse) are not used")
+                        "trace; a trace's hash_ids (Mooncake's prompt block ids) feed "
+                        "each replica's prefix cache (see --prefix-cache-tokens)")
     g = p.add_argument_group("replica cost model")
     g.add_argument("--prefill-rate", type=str, metavar="TOKENS_PER_S", default=S,
                    help="prompt tokens prefilled per second, tokens/s "
@@ -214,6 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-batch", type=str, metavar="SLOTS", default=S,
                    help="batch slots per replica, concurrent sequences, at most "
                         f"{MAX_BATCH:,} (default {d['max_batch']})")
+    g.add_argument("--prefix-cache-tokens", type=str, metavar="TOKENS", default=S,
+                   help="with a trace that has hash_ids (mooncake): prompt tokens each "
+                        "replica keeps in its LRU prefix cache, in whole 512-token blocks "
+                        "(0: off). Default: the replica's KV capacity with --model-config/"
+                        "--gpu (vLLM and SGLang keep finished prompts' blocks in the KV "
+                        "pool until the memory is needed: an upper end, since running "
+                        "sequences hold part of it), else unbounded (the default replica "
+                        "has no KV limit)")
     g.add_argument("--mode", type=str, metavar="NAME", default=S,
                    help="scheduling mode of each step: combined (decodes plus prefill in one "
                         "step, Orca-style), prefill_first (prefill-only steps first, vLLM V0 / "
@@ -497,6 +507,7 @@ class Settings:
     cost: str
     memory: str = ""
     output: str | None = None
+    prefix: str = ""
 
 
 def settings(options: dict) -> Settings:
@@ -557,6 +568,7 @@ def settings(options: dict) -> Settings:
         replica = dataclasses.replace(
             replica, kv_capacity_tokens=calibrated.replica_options["kv_capacity_tokens"])
     replica, memory_text = _memory(o, given, replica, workload)
+    replica, workload, prefix_text = _prefix_cache(given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
     target = _number("target", o["target"], upper=1.0)
@@ -595,7 +607,8 @@ def settings(options: dict) -> Settings:
                    delta=zone / 100.0, holds=holds,
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
-                   cost=cost_text, memory=memory_text, output=_output(o["output"]))
+                   cost=cost_text, memory=memory_text, output=_output(o["output"]),
+                   prefix=prefix_text)
     _feasible(out)
     return out
 
@@ -673,6 +686,49 @@ def _memory(o: dict, given: dict, replica, workload):
                  f"left: at most {fits} run at once; the simulation holds the KV capacity, "
                  "so batches stop growing there (lower --max-batch or raise --tp)")
     return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
+
+
+PREFIX_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` block in the Mooncake trace format."""
+
+
+def _prefix_cache(given: dict, replica, workload):
+    """(replica, workload, report line) with the prefix cache --prefix-cache-tokens
+    asks for (default: the KV capacity, or unbounded without one) when the trace has
+    ``hash_ids``; the ``hash_ids`` column is dropped when the cache is off."""
+    import pandas as pd
+
+    has_ids = isinstance(workload, pd.DataFrame) and "hash_ids" in workload.columns
+    if "prefix_cache_tokens" in given:
+        value = given["prefix_cache_tokens"]
+        if not has_ids:
+            raise _bad("prefix_cache_tokens", value, "applies only to a --trace with "
+                       "hash_ids (prompt block ids), such as mooncake")
+        tokens = _whole("prefix_cache_tokens", value, minimum=0)
+        source = "set by --prefix-cache-tokens"
+    elif not has_ids:
+        return replica, workload, ""
+    elif replica.kv_capacity_tokens is not None:
+        tokens = int(replica.kv_capacity_tokens)
+        source = ("the replica's KV capacity: finished prompts' blocks stay cached in the "
+                  "KV pool until the memory is needed")
+    else:
+        tokens = None
+    if tokens is None:
+        blocks = max(1, len({b for ids in workload["hash_ids"] for b in ids}))
+        text = ("per-replica LRU, unbounded: the replica has no KV limit (bound it with "
+                "--prefix-cache-tokens, or size the KV cache with --model-config/--gpu)")
+    else:
+        blocks = tokens // PREFIX_BLOCK_TOKENS
+        text = (f"per-replica LRU of {blocks:,} blocks of {PREFIX_BLOCK_TOKENS} tokens "
+                f"({blocks * PREFIX_BLOCK_TOKENS:,} tokens), {source}")
+    if blocks == 0:
+        return (replica, workload.drop(columns=["hash_ids"]),
+                f"off ({tokens:,} tokens, less than one {PREFIX_BLOCK_TOKENS}-token block, "
+                f"{source}); every prompt prefilled in full")
+    replica = dataclasses.replace(replica, prefix_cache_blocks=blocks,
+                                  prefix_block_tokens=PREFIX_BLOCK_TOKENS)
+    return replica, workload, text
 
 
 def _cost_file(o: dict, given: dict):
@@ -827,14 +883,13 @@ def _trace_requests(name, n: int | None):
     frame["prompt_tokens"] = frame["prompt_tokens"].clip(lower=1)
     frame["output_tokens"] = frame["output_tokens"].clip(lower=1)
     notes = [f"{zeros} zero lengths set to 1"] if zeros else []
-    if "hash_ids" in frame.columns:
-        notes.append("hash_ids (prefix reuse) not used: every prompt prefilled in full")
     note = "".join(f"; {x}" for x in notes)
     text = (f"trace {name}: {len(frame)} of {total} requests, replayed in consecutive blocks "
             f"(one per replication) rescaled to the rate{note}; mean prompt "
             f"{frame['prompt_tokens'].mean():.0f} tokens, mean output "
             f"{frame['output_tokens'].mean():.0f} tokens")
-    return frame[["arrival_s", "prompt_tokens", "output_tokens"]], text
+    keep = ["arrival_s", "prompt_tokens", "output_tokens"]
+    return frame[keep + (["hash_ids"] if "hash_ids" in frame.columns else [])], text
 
 
 # --------------------------------------------------------------------------- output
@@ -917,9 +972,19 @@ def _steps_text(r) -> str:
                else "whole prompts)"))
 
 
+def _shared_hit_rate(s: Settings) -> float:
+    """Fraction of the trace's prompt tokens one unbounded fleet-wide prefix cache
+    serves: the most any fleet's caches and router can reach."""
+    from .planning import slo_floor
+
+    prompts = s.requests["prompt_tokens"].to_numpy(dtype=float)
+    return 1.0 - slo_floor(s.requests, s.replica)["prompt_tokens"].sum() / prompts.sum()
+
+
 def render(s: Settings, result) -> str:
     """The report printed by ``plan`` (plain text, one number per claim)."""
     from .planning import fluid_rate
+    from .routers import PREFIX_AWARE
 
     sz = result.sizing
     r = s.replica
@@ -933,6 +998,7 @@ def render(s: Settings, result) -> str:
         f"policy {s.policy}",
         f"Cost model: {s.cost}",
         *([f"Memory: {s.memory}"] if s.memory else []),
+        *([f"Prefix cache: {s.prefix}"] if s.prefix else []),
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
         f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
         f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
@@ -973,6 +1039,15 @@ def render(s: Settings, result) -> str:
     diff = fleet.replicas - sz.replicas_for_slots
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
                  f"{fleet.replicas} ({diff:+d})")
+    if s.prefix and r.prefix_cache_blocks:
+        lines.append(f"   prefix cache at {_replicas(fleet.replicas)}: "
+                     f"{result.at_size['prefix_hit_rate']:.1%} of prompt tokens served from "
+                     f"the replicas' caches (at most {_shared_hit_rate(s):.1%}: one unbounded "
+                     "cache shared by the fleet"
+                     + ("" if s.router in PREFIX_AWARE else
+                        f"; router {s.router} ignores prefixes, a prefix-aware one ("
+                        + ", ".join(PREFIX_AWARE) + ") sends a prompt where its blocks are")
+                     + ")")
     if fleet.open:
         lines.append(f"   open (not decided within {s.budget} replications; not counted as "
                      f"misses, a larger --budget may decide them): {_sizes(fleet.open)}")

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import pandas as pd
 
-from . import _check, parallel, stats
+from . import _check, kvcache, parallel, stats
 from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
 from .routers import DEFAULT_ROUTER
@@ -81,8 +81,8 @@ __all__ = [
 CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps",
                  "goodput_low", "goodput_high", "attainment", "attainment_low",
                  "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
-                 "tpot_p99_s", "replications", "needed", "run_s", "requests",
-                 "warmup_s", "verdict", "meets")
+                 "tpot_p99_s", "prefix_hit_rate", "replications", "needed", "run_s",
+                 "requests", "warmup_s", "verdict", "meets")
 """Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
@@ -96,10 +96,12 @@ replication holds fewer than 1,000 kept requests (too few beyond its p99 for
 sectioning). Rates (``throughput_rps``, ``goodput_rps``, ...) count requests
 *finishing* (and meeting the limits) inside the kept arrival window, from one hold time
 after its start (the batches fill) to its last arrival, per second of it.
-``replications`` are those simulated; ``needed`` is how many the sequential check is
-sure to decide by (from the first stage's variance: compare it with ``replications``
-for an ``open`` point). ``run_s`` and ``requests`` are the simulated seconds and
-requests per replication *after* warm-up; ``warmup_s`` the seconds deleted;
+``prefix_hit_rate`` is the fraction of the kept requests' prompt tokens served from the
+replicas' prefix caches (pooled over replications; NaN without a prefix cache, see
+``Replica.prefix_cache_blocks``). ``replications`` are those simulated; ``needed`` is
+how many the sequential check is sure to decide by (from the first stage's variance:
+compare it with ``replications`` for an ``open`` point). ``run_s`` and ``requests`` are
+the simulated seconds and requests per replication *after* warm-up; ``warmup_s`` the seconds deleted;
 ``verdict`` one of :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
 
 VERDICTS = ("meets", "misses", "open", "unstable")
@@ -461,8 +463,26 @@ def hold_time(requests, replica: Replica) -> float:
     return _hold(ref, _replica(replica))
 
 
+def _uncached_prompts(frame: pd.DataFrame, replica: Replica) -> np.ndarray:
+    """Prompt tokens each request must prefill at the least (tokens): with a prefix cache
+    (``replica.prefix_cache_blocks`` and a ``hash_ids`` column), the prompt minus what an
+    *unbounded* cache shared by the whole fleet would serve (:func:`servingcap.kvcache.
+    prefix_hits` in arrival order). Per-replica LRU caches of finite size hit no more
+    often, so bounds built on these tokens stay bounds."""
+    prompts = frame["prompt_tokens"].to_numpy(dtype=np.int64)
+    if not replica.prefix_cache_blocks or "hash_ids" not in frame.columns:
+        return prompts
+    order = np.argsort(frame["arrival_s"].to_numpy(), kind="stable")
+    ids = frame["hash_ids"].tolist()
+    hits = np.empty(len(ids), dtype=np.int64)
+    hits[order] = kvcache.prefix_hits([ids[i] for i in order])
+    saved = kvcache.saved_prefill_tokens(hits, prompts, replica.prefix_block_tokens)
+    return prompts - saved
+
+
 def _fluid(frame: pd.DataFrame, replica: Replica, replicas: int) -> float:
     prompt, output = _mean_tokens(frame)
+    prompt = float(_uncached_prompts(frame, replica).mean())
     if replica.step_time is None:            # the built-in cost's own (fused: lower) bound
         return replicas / float(replica.full_batch_work_s(prompt, output))
     prefill = _step_cost(replica, prompt, 0, 0.0)
@@ -478,7 +498,9 @@ def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
     ``max_batch - 1`` others, so a replica completes ``1 / (prefill + (N - 1) * step /
     max_batch)`` requests per second when it is never idle. Queueing and SLOs are
     ignored: no fleet carries more, so a fleet whose bound is below the arrival rate is
-    overloaded and is never simulated or recommended.
+    overloaded and is never simulated or recommended. With a prefix cache
+    (``replica.prefix_cache_blocks`` and a ``hash_ids`` column) each prompt counts only
+    the tokens an unbounded fleet-wide cache would not serve, so it stays a bound.
     """
     _, ref = _source(requests)
     return _fluid(ref, _replica(replica), _check.whole("replicas", replicas))
@@ -528,14 +550,16 @@ def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
     """Each request's latency on an idle replica: the floor no fleet size can lower.
 
     Returns one row per request (of the table, or of 20,000 draws of a
-    :class:`PoissonWorkload`): ``ttft_s`` (prefill alone, chunk by chunk with chunked
-    prefill), ``tpot_s`` (one decode step with the batch to itself) and ``meets``
+    :class:`PoissonWorkload`): ``prompt_tokens`` (what must be prefilled: with a prefix
+    cache, the prompt less what an unbounded fleet-wide cache would serve), ``ttft_s``
+    (prefill alone, chunk by chunk with chunked prefill), ``tpot_s`` (one decode step
+    with the batch to itself) and ``meets``
     (within ``limits``; only ``ttft_s`` and ``tpot_s`` limits are checked here).
     """
     _, ref = _source(requests)
     rep = _replica(replica)
     lim = _limits(limits)
-    prompts = ref["prompt_tokens"].to_numpy(dtype=np.int64)
+    prompts = _uncached_prompts(ref, rep)
     outputs = ref["output_tokens"].to_numpy(dtype=np.int64)
     idle = {p: _idle_prefill(rep, p) for p in np.unique(prompts).tolist()}
     ttft = np.array([idle[p] for p in prompts.tolist()])
@@ -629,7 +653,9 @@ def _run_one(task) -> dict:
             "finish": out["finish_s"].to_numpy(dtype=float),
             "ttft": np.where(done, ttft, np.inf),
             "tpot": np.where(done, out["tpot_s"].to_numpy(dtype=float), np.inf),
-            "ok": ok_all, "ok_ttft": ok_ttft}
+            "ok": ok_all, "ok_ttft": ok_ttft,
+            "cached": out["cached_tokens"].to_numpy(dtype=float),
+            "prompt": out["prompt_tokens"].to_numpy(dtype=float)}
 
 
 def _p99(values: np.ndarray) -> float:
@@ -710,6 +736,11 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
     pooled_tpot = _p99(np.concatenate([r["tpot"][c:] for r, c in zip(runs, kept,
                                                                      strict=True)]))
     ttft_low, ttft_high = _pooled_interval(ttft_parts, conf)
+    hit_rate = math.nan
+    if s.replica.prefix_cache_blocks:
+        cached = sum(float(r["cached"][c:].sum()) for r, c in zip(runs, kept, strict=True))
+        prompt = sum(float(r["prompt"][c:].sum()) for r, c in zip(runs, kept, strict=True))
+        hit_rate = cached / prompt
     design = s.design
     if len(runs) >= 2 or short:
         units = table["attainment"].to_numpy(dtype=float)
@@ -735,7 +766,8 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
             "attainment": attain.value, "attainment_low": max(attain.low, 0.0),
             "attainment_high": min(attain.high, 1.0), "ttft_p99_s": pooled_ttft,
             "ttft_p99_low": ttft_low, "ttft_p99_high": ttft_high,
-            "tpot_p99_s": pooled_tpot, "replications": len(runs),
+            "tpot_p99_s": pooled_tpot, "prefix_hit_rate": hit_rate,
+            "replications": len(runs),
             "needed": int(decision.needed),
             "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
             "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,

@@ -56,7 +56,8 @@ from collections import OrderedDict
 
 from . import _check
 
-__all__ = ["ROUTERS", "REALISTIC", "BOUNDS", "DEFAULT_ROUTER", "OPTIONS", "check_router", "Router"]
+__all__ = ["ROUTERS", "REALISTIC", "BOUNDS", "PREFIX_AWARE", "DEFAULT_ROUTER", "OPTIONS",
+           "check_router", "Router"]
 
 #: Routers a gateway can run: they read only queue depth, running requests, free slots,
 #: KV tokens in use and prefix matches.
@@ -65,6 +66,8 @@ REALISTIC = ("jsq", "least_requests", "endpoint_picker", "cache_aware", "kv_cost
 #: Bounds no gateway reaches: one shared queue, and outstanding work known in advance.
 BOUNDS = ("pooled", "oracle_work")
 ROUTERS = REALISTIC + BOUNDS
+#: Realistic routers that read the prefix match of a request's blocks (``hash_ids``).
+PREFIX_AWARE = ("endpoint_picker", "cache_aware", "kv_cost", "affinity")
 DEFAULT_ROUTER = "jsq"
 _RENAMED = {"least_loaded": "oracle_work"}
 
