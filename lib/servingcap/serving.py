@@ -48,7 +48,6 @@ from __future__ import annotations
 import heapq
 import inspect
 import math
-import operator
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -1185,11 +1184,17 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     longest = min(math.inf if replica.max_prompt_tokens is None else replica.max_prompt_tokens,
                   replica.token_cap() if replica.mode == "prefill_first" else math.inf)
     capped = replica.max_queue is not None
-    busy = operator.attrgetter("busy_until")
+    # next step end of every replica: a heap of (busy_until, index), refreshed after each
+    # call that moves a replica's busy_until; an entry is stale once the replica's
+    # busy_until differs from it (O(log replicas) per event, ties to the lowest index)
+    ends = [(e.busy_until, e.index) for e in engines]
+    heapq.heapify(ends)
     a, n_req = 0, req.n
 
     while True:
-        engine = engines[0] if n_rep == 1 else min(engines, key=busy)   # first: lowest index
+        while engines[ends[0][1]].busy_until != ends[0][0]:
+            heapq.heappop(ends)
+        engine = engines[ends[0][1]]
         t_arrival = times[a] if a < n_req else math.inf
         if min(t_arrival, engine.busy_until) > horizon:
             break
@@ -1218,6 +1223,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                         route.update(server)
                     else:
                         server.cut(t_arrival)           # or let it admit at its next boundary
+                    heapq.heappush(ends, (server.busy_until, server.index))
             touched.clear()
             continue
         if engine.busy_until == math.inf:
@@ -1226,6 +1232,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         engine.finish_step()
         engine.plan(now)
         route.update(engine)
+        heapq.heappush(ends, (engine.busy_until, engine.index))
     if fast:
         for engine in engines:
             engine.settle()                 # write out the lazily counted decode state
