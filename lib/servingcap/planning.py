@@ -75,7 +75,7 @@ __all__ = [
     "Lengths", "PoissonWorkload", "CapacityResult", "capacity_search", "evaluate",
     "fluid_rate", "hold_time", "slo_floor", "infeasible", "goodput_curve", "CurveKnee", "curve_knee",
     "FleetResult", "smallest_fleet", "Plan", "plan", "CURVE_COLUMNS", "VERDICTS",
-    "MAX_REQUESTS_PER_RUN",
+    "MAX_REQUESTS_PER_RUN", "FLUID_GUESS_BETA",
 ]
 
 CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps",
@@ -510,6 +510,15 @@ def _fluid_min(ref, replica, rate) -> int:
     """Fewest replicas whose fluid bound exceeds ``rate``."""
     with _check.overflow(f"rate={rate!r} req/s over one replica's fluid bound"):
         return math.floor(rate / _fluid(ref, replica, 1)) + 1
+
+
+FLUID_GUESS_BETA = 0.14
+"""Headroom of :func:`plan`'s first simulated size over the fluid bound, in square roots
+of the busy replicas ``a``: the book's workload (2,000/300 tokens, the default replica and
+router) needed 15, 144 and 479 replicas at 30, 300 and 1,000 req/s against fluid loads of
+14.2, 142.2 and 474.2, so ``ceil(a + 0.14 sqrt(a))`` lands on the answer or the size
+below it. Starting there rather than at the bound saved five of seven simulated points at
+1,000 req/s; the search checks both sides, so the answer does not depend on it."""
 
 
 def _seconds(limit) -> bool:
@@ -1459,7 +1468,9 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
     1. Closed form: ``size_fleet(rate, hold_time(requests, replica), replica.max_batch,
        beta, spares)``.
     2. Simulation: :func:`smallest_fleet` from the larger of the closed form's count
-       (without spares) and the fluid bound.
+       (without spares) and a first guess from the fluid bound, ``a + 0.14 sqrt(a)``
+       replicas for ``a = rate / fluid_rate(one replica)`` (:data:`FLUID_GUESS_BETA`;
+       only where the search starts, so only how many sizes it simulates).
     3. Capacity: :func:`capacity_search` on that many replicas, from ``rate`` (which
        meets) up to ``rate * (1 + 1.5 / (n - 1))`` or, if that meets too, the fleet's
        fluid bound, to relative tolerance ``rtol``: the plan rate is the largest rate
@@ -1480,7 +1491,9 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
     callback = _progress(progress)
     sizing = size_fleet(lam, s.hold_s, replica.max_batch, beta=beta, spares=n_spares, p=0.99)
     _check_feasible(s)
-    fleet = _fleet(s, lam, min(sizing.replicas_for_slots, cap), cap, callback)
+    busy = lam / _fluid(s.ref, s.replica, 1)              # replicas kept busy, at least
+    guess = math.ceil(busy + FLUID_GUESS_BETA * math.sqrt(busy))
+    fleet = _fleet(s, lam, min(max(sizing.replicas_for_slots, guess), cap), cap, callback)
     n = fleet.replicas
     at_rate = {k: v for k, v in fleet.row(n).items() if k != "replicas"}
     # The fleet one smaller does not meet at ``rate``, so the capacity is rarely far above

@@ -142,7 +142,8 @@ class Router:
         if name in ("jsq", "least_requests"):
             self.key = self._jsq_key if name == "jsq" else self._count_key
             self.version = [0] * len(engines)
-            self.heap = [(self.key(e), e.index, 0) for e in engines]
+            self.keys = [self.key(e) for e in engines]    # each replica's key in the heap
+            self.heap = [(key, e.index, 0) for key, e in zip(self.keys, engines, strict=True)]
             heapq.heapify(self.heap)
         if name in ("affinity", "cache_aware", "endpoint_picker"):
             # the gateway's own record of the prompt blocks it sent to each replica (an
@@ -173,10 +174,15 @@ class Router:
         if self.heap is None:
             return
         k = engine.index
+        key = self.key(engine)
+        if key == self.keys[k]:
+            return                  # most steps change neither free slots nor the queue
+        self.keys[k] = key
         self.version[k] += 1
-        heapq.heappush(self.heap, (self.key(engine), k, self.version[k]))
+        heapq.heappush(self.heap, (key, k, self.version[k]))
         if len(self.heap) > 4 * len(self.engines) + 64:      # drop stale entries
-            self.heap = [(self.key(e), e.index, self.version[e.index]) for e in self.engines]
+            self.heap = [(self.keys[e.index], e.index, self.version[e.index])
+                         for e in self.engines]
             heapq.heapify(self.heap)
 
     def _top(self):
