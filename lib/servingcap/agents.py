@@ -623,6 +623,10 @@ class FanOutRun:
         if warm >= self.horizon_s:
             raise ValueError(f"warmup_s must be < horizon_s={self.horizon_s!r}, got {warmup_s!r}")
         keep = self.tasks["arrival_s"] >= warm
+        if not keep.any():
+            last = float(self.tasks["arrival_s"].max()) if len(self.tasks) else math.nan
+            raise ValueError(f"warmup_s must leave at least one task in the window (the last "
+                             f"arrives at {last:.6g} s), got {warmup_s!r}")
         tasks = self.tasks[keep]
         return tasks, self.requests[self.requests["task"].isin(tasks.index)]
 
