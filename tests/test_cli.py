@@ -153,7 +153,7 @@ def test_trace_replay_runs_and_says_what_it_replays():
 
 MOONCAKE = ["plan", "--trace", "mooncake", "--requests", "3000", "--rate", "1",
             "--ttft-p99-ms", "30000", "--budget", "2", "--workers", "1", "--no-progress"]
-HIT = r"prefix cache at (\d+) replicas?: ([\d.]+)% of prompt tokens .*at most ([\d.]+)%"
+HIT = r"prefix cache at (\d+) replicas?: ([\d.]+)% of prompt tokens .*trace serves ([\d.]+)%"
 
 
 def _unbounded_shared_hit_rate(frame) -> float:
@@ -180,8 +180,10 @@ def test_mooncake_plan_uses_and_reports_its_prefix_cache(capsys):
     frame, _ = _trace_requests("mooncake", 3000)
     bound = _unbounded_shared_hit_rate(frame)
     assert float(found.group(3)) == pytest.approx(100 * bound, abs=0.051)
-    # per-replica caches that start cold in every replication hit less than one shared
-    # unbounded cache warm from the whole trace, and Mooncake reuses prefixes: more than 0
+    # Mooncake reuses prefixes, so the caches serve more than 0; per-replica caches that
+    # start cold in every replication of 500-odd requests serve far less than one shared
+    # unbounded cache warm from the whole 3,000 requests (measured 13 % vs 37 % on the
+    # full trace): a reference, not a bound for the kept requests of a cold block
     assert 0 < float(found.group(2)) <= float(found.group(3))
     # the cache is used: without it every prompt is prefilled in full, so each replica's
     # fluid throughput bound is lower

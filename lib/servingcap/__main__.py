@@ -973,8 +973,9 @@ def _steps_text(r) -> str:
 
 
 def _shared_hit_rate(s: Settings) -> float:
-    """Fraction of the trace's prompt tokens one unbounded fleet-wide prefix cache
-    serves: the most any fleet's caches and router can reach."""
+    """Fraction of the trace's prompt tokens one unbounded fleet-wide prefix cache serves
+    over the whole trace in arrival order (warm from every earlier request): a reference
+    for the simulated share, which counts each replication's block from cold caches."""
     from .planning import slo_floor
 
     prompts = s.requests["prompt_tokens"].to_numpy(dtype=float)
@@ -1042,8 +1043,9 @@ def render(s: Settings, result) -> str:
     if s.prefix and r.prefix_cache_blocks:
         lines.append(f"   prefix cache at {_replicas(fleet.replicas)}: "
                      f"{result.at_size['prefix_hit_rate']:.1%} of prompt tokens served from "
-                     f"the replicas' caches (at most {_shared_hit_rate(s):.1%}: one unbounded "
-                     "cache shared by the fleet"
+                     f"the replicas' caches, each replication starting cold (for reference, "
+                     f"one unbounded cache shared by the fleet and warm from the whole trace "
+                     f"serves {_shared_hit_rate(s):.1%}"
                      + ("" if s.router in PREFIX_AWARE else
                         f"; router {s.router} ignores prefixes, a prefix-aware one ("
                         + ", ".join(PREFIX_AWARE) + ") sends a prompt where its blocks are")

@@ -6,7 +6,7 @@ replays its ``i``-th block of ``requests`` rows, shifted to start at 0 and resca
 the rate (the trace's burst shape kept, as :mod:`servingcap.planning` replays traces).
 Every router sees the same blocks (common random numbers), so their differences are
 not sampling noise between workloads. The rate is a fraction ``load`` of the fleet's
-fluid throughput bound with every prompt prefilled in full
+fluid throughput bound with every prompt prefilled in full, on the rows replayed
 (:func:`servingcap.planning.fluid_rate` of the replica without its prefix cache): the
 same meaning of "load" for every mix, and what a prefix cache saves shows up as lower
 latency, not as a different rate.
@@ -161,7 +161,8 @@ def compare_routers(mixes: Mapping[str, pd.DataFrame], replica, *, replicas: int
                              f"{reps * n:,} rows needed)") from None
         rep = _replica_for(replica, mix)
         full = dataclasses.replace(rep, prefix_cache_blocks=0)
-        bound = fluid_rate(frame.drop(columns=["hash_ids"], errors="ignore"), full, fleet)
+        replayed = frame.iloc[:reps * n].drop(columns=["hash_ids"], errors="ignore")
+        bound = fluid_rate(replayed, full, fleet)      # on the rows replayed, not the rest
         for load in loads:
             rate = float(load) * bound
             blocks = [_block(frame, i, n, rate) for i in range(reps)]
