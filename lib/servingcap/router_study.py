@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import _check, parallel, stats
-from .planning import fluid_rate
+from .planning import _signal, fluid_rate
 from .routers import REALISTIC, ROUTERS, check_router
 from .serving import Replica, simulate
 from .traffic import rescale_to_rate
@@ -61,12 +61,8 @@ def _run(task) -> dict:
 
 
 def _summary(runs: list[dict], quantile: float, confidence: float, cached: bool) -> dict:
-    signals = []
-    for r in runs:            # failures (inf) at the run's worst finite TTFT, for MSER
-        finite = r["ttft"][np.isfinite(r["ttft"])]
-        signals.append(np.where(np.isfinite(r["ttft"]), r["ttft"],
-                                finite.max() if finite.size else 0.0))
-    cuts = stats.warmup_cuts(signals)
+    # failures (inf) at the run's worst finite TTFT, for MSER, as the planner does
+    cuts = stats.warmup_cuts([_signal(r) for r in runs])
     parts = [r["ttft"][c:] for r, c in zip(runs, cuts, strict=True)]
     ci = stats.replicated_quantile_ci(parts, quantile, confidence)
     hit = math.nan
