@@ -124,11 +124,12 @@ def _range(token: str, spec) -> list[float]:
     return [float(f"{start + i * step:.12g}") for i in range(count)]
 
 
-def parse_rates(spec) -> list[float]:
+def parse_rates(rates) -> list[float]:
     """The rates (requests/s) of ``--rates``: ``"10,20,30"``, ``"10:40:5"`` (start, stop,
     step; stop included when the steps land on it), a mix such as ``"5,10:40:10"``, or a
     list of numbers (a TOML config). Raises ValueError naming ``--rates`` unless the
     rates are finite, > 0, strictly increasing and at most :data:`MAX_RATES`."""
+    spec = rates
     if isinstance(spec, (list, tuple)):
         tokens = list(spec)
     elif isinstance(spec, (int, float)) and not isinstance(spec, bool):
@@ -140,12 +141,12 @@ def parse_rates(spec) -> list[float]:
                              f"10:40:5), got {spec!r}")
     else:
         raise ValueError(f"--rates must be rates like 10,20,30 or 10:40:5, got {spec!r}")
-    rates: list[float] = []
+    out: list[float] = []
     for token in tokens:
         if isinstance(token, bool) or not isinstance(token, (str, int, float)):
             raise ValueError(f"--rates must be numbers (req/s), got {spec!r}")
         if isinstance(token, str) and ":" in token:
-            rates += _range(token, spec)
+            out += _range(token, spec)
             continue
         text = str(token).strip()
         if not text:
@@ -157,17 +158,16 @@ def parse_rates(spec) -> list[float]:
                              f"write 10,20,30 or 10:40:5, got {spec!r}") from None
         if not math.isfinite(rate) or rate <= 0:
             raise ValueError(f"--rates must be finite rates > 0 req/s, got {text!r} in {spec!r}")
-        rates.append(rate)
-    if not rates:
+        out.append(rate)
+    if not out:
         raise ValueError(f"--rates must list at least one rate, req/s, got {spec!r}")
-    if len(rates) > MAX_RATES:
-        raise ValueError(f"--rates has {len(rates):,} rates, more than {MAX_RATES}, "
-                         f"got {spec!r}")
-    for a, b in zip(rates, rates[1:], strict=False):
+    if len(out) > MAX_RATES:
+        raise ValueError(f"--rates has {len(out):,} rates, more than {MAX_RATES}, got {spec!r}")
+    for a, b in zip(out, out[1:], strict=False):
         if b <= a:
             raise ValueError(f"--rates must be strictly increasing, got {b:g} after {a:g} "
                              f"in {spec!r}")
-    return rates
+    return out
 
 
 def _plot_path(path) -> str | None:
@@ -219,15 +219,21 @@ def goodput_figure(curve: pd.DataFrame, *, target: float, replicas: int = 1,
     rows = curve.loc[curve["verdict"] != "overloaded"]
     if rows.empty:
         raise ValueError("curve must have at least one simulated (not overloaded) rate")
-    rates = _check.array("curve rate_rps", rows["rate_rps"].to_numpy(dtype=float))
-    if (rates <= 0).any():
-        raise ValueError(f"curve rate_rps must be > 0, got {rates.tolist()!r}")
-    for column in ("goodput_rps", "goodput_low", "goodput_high"):
+    values = {}
+    for column in ("rate_rps", "goodput_rps", "goodput_low", "goodput_high"):
         try:
-            rows[column].to_numpy(dtype=float)
+            values[column] = rows[column].to_numpy(dtype=float)
         except (TypeError, ValueError):
             raise ValueError(f"curve {column} must be numbers, got "
                              f"{rows[column].tolist()!r}") from None
+        bad = (np.isinf(values[column]) | (values[column] < 0)
+               | (np.isnan(values[column]) if column in ("rate_rps", "goodput_rps") else False))
+        if bad.any():
+            raise ValueError(f"curve {column} must be finite numbers >= 0 (interval ends may be "
+                             f"NaN), got {values[column].tolist()!r}")
+    rates = values["rate_rps"]
+    if (rates <= 0).any():
+        raise ValueError(f"curve rate_rps must be > 0, got {rates.tolist()!r}")
     with mpl.rc_context(plots._STYLE):
         fig = Figure()
         ax = fig.add_subplot()
@@ -237,9 +243,7 @@ def goodput_figure(curve: pd.DataFrame, *, target: float, replicas: int = 1,
                 label="goodput = offered rate")
         ax.plot(grid, target * grid, color=plots.COLORS["slo"], linestyle="--",
                 linewidth=1.0, label=f"{target:.2%} x offered rate (target)")
-        good = rows["goodput_rps"].to_numpy(dtype=float)
-        low = rows["goodput_low"].to_numpy(dtype=float)
-        high = rows["goodput_high"].to_numpy(dtype=float)
+        good, low, high = (values[c] for c in ("goodput_rps", "goodput_low", "goodput_high"))
         err = np.vstack([np.where(np.isfinite(low), good - low, 0.0),
                          np.where(np.isfinite(high), high - good, 0.0)])
         ax.errorbar(rates, good, yerr=np.clip(err, 0, None), color=plots.COLORS["sim"],
