@@ -5,8 +5,9 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``, ``routers``, ``memory``, ``sweepcli``; the engine ``serving`` and the command line ``__main__`` /
-``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
+``disagg``, ``planning``, ``routers``, ``memory``, ``sweepcli``; the engine ``serving``
+and the command line ``__main__`` / ``calibrate.main`` are fuzzed by their own tests) is
+listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
 missing or broken columns of a table, broken files -- and, for numeric arguments, by

@@ -60,6 +60,7 @@ def add_sweep_parser(commands) -> argparse.ArgumentParser:
     """The ``sweep`` subparser (its options are added by ``__main__._add_options``)."""
     return commands.add_parser(
         "sweep", prog="python -m servingcap sweep",
+        allow_abbrev=False,     # else plan's --rate would silently mean --rates here
         help="goodput and SLO attainment of a fixed fleet at a list of rates, printed "
              "and plotted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
