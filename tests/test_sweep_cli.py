@@ -92,7 +92,7 @@ def test_sweep_json_and_progress(tmp_path, capsys):
                                     "--rates", "6", "--replicas", "2",
                                     "--output", str(path)], capsys)
     assert status == 0, stderr
-    assert "Sweep of 2 replicas over 1 rates" in stdout
+    assert "Sweep of 2 replicas at one rate, 6 req/s" in stdout
     assert "2 repl @ 6 req/s" in stderr           # the progress bar names fleet and rate
     data = json.loads(path.read_text())
     assert data["settings"]["replicas"] == 2 and data["settings"]["target"] == 0.99

@@ -410,8 +410,9 @@ def render(s, table: pd.DataFrame, replicas: int, bound: float, hold_s: float) -
     fleet = cli._replicas(replicas)
     over = table.loc[table["verdict"] == "overloaded", "rate_rps"]
     lines = [
-        f"Sweep of {fleet} over {len(table)} rates from {rates.iloc[0]:g} to "
-        f"{rates.iloc[-1]:g} req/s ({s.workload})",
+        (f"Sweep of {fleet} over {len(table)} rates from {rates.iloc[0]:g} to "
+         f"{rates.iloc[-1]:g} req/s ({s.workload})" if len(table) > 1 else
+         f"Sweep of {fleet} at one rate, {rates.iloc[0]:g} req/s ({s.workload})"),
         f"Replica: {r.max_batch} slots, {cli._steps_text(r)}; router {s.router}, "
         f"policy {s.policy}",
         f"Cost model: {s.cost}",
