@@ -186,3 +186,26 @@ def test_goodput_figure_draws_the_reference_lines_and_knee():
     assert "req" in ax.get_xlabel() and "req" in ax.get_ylabel()
     with pytest.raises(ValueError, match="curve"):
         goodput_figure(curve.drop(columns="verdict"), target=0.99)
+
+
+def test_ctrl_c_prints_the_rates_finished(monkeypatch, capsys):
+    # SIGINT delivered to this process right after the first rate's point is done: the
+    # command stops, prints that row, names the signal and exits 128 + 2.
+    import os
+    import signal
+
+    from servingcap import __main__ as cli
+
+    tick = cli._Progress.__call__
+
+    def tick_then_interrupt(self, row):
+        tick(self, row)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cli._Progress, "__call__", tick_then_interrupt)
+    status, out, err = sweep([*FAST, "--rates", "6,8", "--no-progress"], capsys)
+    assert status == 128 + signal.SIGINT
+    assert out.startswith("Stopped: 1 of 2 rates simulated")
+    assert re.search(r"^\s+6 req/s\s+[\d.]+% \(", out, re.MULTILINE)
+    assert "8 req/s" not in out
+    assert err.count("\n") == 1 and "stopped by SIGINT after 1 of 2 rates" in err

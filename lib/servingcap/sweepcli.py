@@ -401,6 +401,14 @@ def _knee_lines(s, table: pd.DataFrame):
     return lines, rate, knee
 
 
+def _partial(rows: list[dict], total: int) -> str:
+    """The rows finished before a stop (Ctrl-C), under the table's header."""
+    lines = [f"Stopped: {len(rows)} of {total} rates simulated",
+             f"   {'rate':>11}  {'attainment (CI)':>24}  {'verdict':<10}  "
+             f"{'goodput req/s (CI)':>24}  {'TTFT p99':>8}  {'TPOT p99':>8}  {'reps':>4}"]
+    return "\n".join(lines + [_row(row) for row in rows])
+
+
 def render(s, table: pd.DataFrame, replicas: int, bound: float, hold_s: float) -> str:
     """The report printed by ``sweep`` (plain text, one number per claim)."""
     from . import __main__ as cli
@@ -483,13 +491,20 @@ def main(args: argparse.Namespace) -> int:
     bar = cli._Progress(s.progress)
     if bar.bar is not None:
         bar.bar.total = sum(r < bound for r in rates)
+    done: list[dict] = []
+
+    def progress(row: dict) -> None:
+        done.append(row)
+        bar({**row, "replicas": replicas})
+
     try:
         with cli._stopped_by_signals():
-            table = _table(s, rates, replicas, bound,
-                           lambda row: bar({**row, "replicas": replicas}))
+            table = _table(s, rates, replicas, bound, progress)
     except cli._Stopped as stop:
         bar.close()
-        print(f"{name}: stopped by {stop.name}; its pool workers were stopped too",
+        print(_partial(done, len(rates)), flush=True)
+        print(f"{name}: stopped by {stop.name} after {len(done)} of {len(rates)} rates "
+              "(the rows printed are complete points); its pool workers were stopped too",
               file=sys.stderr)
         return 128 + stop.signum
     except ValueError as exc:
