@@ -98,6 +98,8 @@ def test_sweep_json_and_progress(tmp_path, capsys):
     assert data["settings"]["replicas"] == 2 and data["settings"]["target"] == 0.99
     assert data["fluid_bound_rps"] == pytest.approx(2 * BOUND)
     assert data["knee_rps"] is None                 # every estimate meets: beyond the grid
+    assert data["knee_where"] == "above the grid"
+    assert data["settings"]["rates_rps"] == [6.0]
     assert [p["rate_rps"] for p in data["points"]] == [6.0]
     assert set(data["points"][0]) == {*CURVE_COLUMNS, "replicas"}
 
@@ -147,6 +149,14 @@ def test_bad_input_exits_2_with_one_line_naming_the_option(args, option, capsys)
     assert out == ""
     assert err.count("\n") == 1, err
     assert re.search(rf"{re.escape(option)}\b", err), err
+
+
+def test_rates_and_replicas_from_a_config_file(tmp_path, capsys):
+    config = tmp_path / "sweep.toml"
+    config.write_text('[sweep]\nrates = [6]\nreplicas = 2\nbudget = 2\nno-progress = true\n')
+    status, out, err = sweep([*FAST[:8], "--workers", "1", "--config", str(config)], capsys)
+    assert status == 0, err
+    assert out.startswith("Sweep of 2 replicas at one rate, 6 req/s")
 
 
 def test_a_plan_key_in_a_sweep_config_is_refused(tmp_path, capsys):

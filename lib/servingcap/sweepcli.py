@@ -449,6 +449,13 @@ def render(s, table: pd.DataFrame, replicas: int, bound: float, hold_s: float) -
     return "\n".join(lines)
 
 
+def _where(knee) -> str:
+    """Where the knee lies relative to the swept rates, for the JSON output."""
+    if knee is None or knee.slo_rate is None:
+        return "above the grid"
+    return "below the grid" if math.isnan(knee.slo_rate) else "on the grid"
+
+
 def write_output(s, table: pd.DataFrame, replicas: int, bound: float, knee) -> None:
     """Write the sweep to ``s.output``: JSON (settings, knee, peak, one record per rate,
     NaN as null) or CSV (one row per rate)."""
@@ -459,9 +466,11 @@ def write_output(s, table: pd.DataFrame, replicas: int, bound: float, knee) -> N
 
     path = Path(s.output)
     if path.suffix.lower() == ".json":
-        data = {"settings": {"replicas": replicas, **cli._settings_dict(s)},
+        data = {"settings": {"replicas": replicas, "rates_rps": table["rate_rps"].tolist(),
+                             **cli._settings_dict(s)},
                 "fluid_bound_rps": bound,
                 "knee_rps": None if knee is None else knee.slo_rate,
+                "knee_where": _where(knee),
                 "peak_rate_rps": None if knee is None else knee.peak_rate,
                 "peak_goodput_rps": None if knee is None else knee.peak_goodput,
                 "points": table.to_dict("records")}
