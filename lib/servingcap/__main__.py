@@ -5,6 +5,8 @@ also come from a TOML file (``--config plan.toml``) whose keys are the long opti
 names (``rate = 30``, ``prompt-dist = "lognormal:mean=2000,cv=1"``, ``no-progress =
 true``); options given on the command line win over the file. Bad input, and a plan no
 fleet can meet, exit with status 2 and a one-line message naming the option.
+``python -m servingcap sweep`` (:mod:`servingcap.sweepcli`) takes the same options for a
+fixed fleet at a list of rates.
 """
 
 from __future__ import annotations
