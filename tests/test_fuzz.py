@@ -5,8 +5,9 @@ Each entry point of each module's ``__all__`` (modules ``queues``, ``sim``,
 ``tails``, ``admission``, ``autoscale``, ``policies``, ``goodput``, ``knee``,
 ``sweep``, ``control``, ``baddays``, ``plots``, ``widgets``, ``params``, ``stats``,
 ``oplaws``, ``roofline``, ``profiles``, ``costmodel``, ``parallel``, ``calibrate``,
-``disagg``, ``planning``, ``routers``, ``memory``; the engine ``serving`` and the command line ``__main__`` /
-``calibrate.main`` are fuzzed by their own tests) is listed below with one valid call.
+``disagg``, ``planning``, ``routers``, ``memory``, ``sweepcli``; the engine ``serving``
+and the command line ``__main__`` / ``calibrate.main`` are fuzzed by their own tests) is
+listed below with one valid call.
 The fuzz replaces one argument at a time by bad values chosen by the argument's kind --
 NaN, +-inf, negative, zero, huge, wrong types, ``None``, empty, unsorted, nested,
 missing or broken columns of a table, broken files -- and, for numeric arguments, by
@@ -78,6 +79,7 @@ from servingcap import (  # noqa: E402
     slo,
     stats,
     sweep,
+    sweepcli,
     tails,
     traffic,
     variability,
@@ -90,7 +92,8 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "goodput", "knee", "sweep", "control", "baddays", "plots", "widgets",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
-                  "calibrate", "disagg", "planning", "routers", "memory", "router_study")
+                  "calibrate", "disagg", "planning", "routers", "memory", "router_study",
+                  "sweepcli")
 DEADLINE_S = 1.0
 # An entry that runs simulations (heavy) gets more time: a planning call decides each
 # point by a sequential check over several replications, and on a shared 2-core machine
@@ -549,6 +552,10 @@ ENTRIES = [
     E("plots.mark_knee", lambda x, label: plots.mark_knee(plt.gca(), x, label), x=0.8,
       label="knee"),
     E("plots.describe", plots.describe, fig=plt.figure()),
+    # sweepcli (its main is fuzzed by tests/test_sweep_cli.py's bad inputs)
+    E("sweepcli.parse_rates", sweepcli.parse_rates, rates="5,10:40:10"),
+    E("sweepcli.goodput_figure", sweepcli.goodput_figure, heavy=True, curve=CURVE, target=0.99,
+      replicas=1, fluid_bound=5.0, knee=1.5),
     E("widgets.slider", widgets.slider, value=1.0, min=0.0, max=2.0, step=0.1, description="x",
       integer=False),
     E("widgets.explorer", lambda compute, title, rate: widgets.explorer(

@@ -5,6 +5,8 @@ also come from a TOML file (``--config plan.toml``) whose keys are the long opti
 names (``rate = 30``, ``prompt-dist = "lognormal:mean=2000,cv=1"``, ``no-progress =
 true``); options given on the command line win over the file. Bad input, and a plan no
 fleet can meet, exit with status 2 and a one-line message naming the option.
+``python -m servingcap sweep`` (:mod:`servingcap.sweepcli`) takes the same options for a
+fixed fleet at a list of rates.
 """
 
 from __future__ import annotations
@@ -174,13 +176,29 @@ def build_parser() -> argparse.ArgumentParser:
         "calibrate", add_help=False,
         help="fit the simulator's step cost to a `vllm bench serve --save-result "
              "--save-detailed` JSON file (python -m servingcap calibrate --help)")
+    from .sweepcli import add_sweep_parser
+
+    _add_options(p, "plan")
+    _add_options(add_sweep_parser(commands), "sweep")
+    return parser
+
+
+def _add_options(p: argparse.ArgumentParser, command: str) -> None:
+    """The options of ``plan``, shared by ``sweep`` (``command``), which replaces --rate
+    by --rates and the fleet search's options by --replicas (:mod:`servingcap.sweepcli`)."""
+    from . import sweepcli
+
+    plan = command == "plan"
     S = argparse.SUPPRESS      # absent options stay absent, so the config file can fill them
     d = DEFAULTS
     p.add_argument("--config", metavar="FILE", default=S,
                    help="TOML file of options (keys = long option names); command line wins")
     g = p.add_argument_group("traffic")
-    g.add_argument("--rate", type=str, metavar="REQ_PER_S", default=S,
-                   help=f"mean arrival rate to plan for, requests/s (default {d['rate']:g})")
+    if plan:
+        g.add_argument("--rate", type=str, metavar="REQ_PER_S", default=S,
+                       help=f"mean arrival rate to plan for, requests/s (default {d['rate']:g})")
+    else:
+        sweepcli.add_rates_option(g)
     g.add_argument("--requests", type=str, metavar="N", default=S,
                    help="with --trace only: use the first N requests of the trace "
                         "(default: all of it). Sampled traffic needs no request count: "
@@ -281,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of requests that must meet both limits, in (0, 1] "
                         f"(default {d['target']:g})")
     g = p.add_argument_group("fleet")
+    if not plan:
+        sweepcli.add_replicas_option(g)
     g.add_argument("--router", type=str, metavar="NAME", default=S,
                    help="how arrivals are spread over replicas (servingcap.routers). "
                         "Realistic, on signals a gateway has (queue depth, running "
@@ -291,14 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {d['router']})")
     g.add_argument("--policy", type=str, metavar="NAME", default=S,
                    help=f"queue order on each replica: fcfs, sjf or srpt (default {d['policy']})")
-    g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
-                   help=f"whole replicas added for failures, replicas (default {d['spares']}, N+1)")
-    g.add_argument("--max-replicas", type=str, metavar="REPLICAS", default=S,
-                   help="largest fleet searched, replicas; a rate whose fluid bound needs "
-                        f"more is refused before simulating (default {d['max_replicas']})")
-    g.add_argument("--beta", type=str, metavar="BETA", default=S,
-                   help="square-root staffing headroom for the closed form, dimensionless "
-                        f"(default {d['beta']:g})")
+    if plan:
+        g.add_argument("--spares", type=str, metavar="REPLICAS", default=S,
+                       help=f"whole replicas added for failures, replicas (default "
+                            f"{d['spares']}, N+1)")
+        g.add_argument("--max-replicas", type=str, metavar="REPLICAS", default=S,
+                       help="largest fleet searched, replicas; a rate whose fluid bound needs "
+                            f"more is refused before simulating (default {d['max_replicas']})")
+        g.add_argument("--beta", type=str, metavar="BETA", default=S,
+                       help="square-root staffing headroom for the closed form, dimensionless "
+                            f"(default {d['beta']:g})")
     g = p.add_argument_group("simulation and statistics")
     g.add_argument("--budget", type=str, metavar="REPLICATIONS", default=S,
                    help="most independent replications per simulated point; 10 first, "
@@ -318,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=str, metavar="INT", default=S,
                    help="root seed of the replications (arrivals, lengths, random router) "
                         f"(default {d['seed']})")
-    g.add_argument("--rtol", type=str, metavar="FRACTION", default=S,
-                   help=f"relative precision of the capacity search (default {d['rtol']:g})")
+    if plan:
+        g.add_argument("--rtol", type=str, metavar="FRACTION", default=S,
+                       help=f"relative precision of the capacity search (default {d['rtol']:g})")
     g.add_argument("--workers", type=str, metavar="N", default=S,
                    help="local processes running replications (1: in this process; "
                         "default: one per core)")
@@ -328,16 +351,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(replaces --workers; same answer)")
     g.add_argument("--output", type=str, metavar="FILE.json|FILE.csv", default=S,
                    help="also write the result: .json (Plan.to_dict() plus the settings) or "
-                        ".csv (one row per simulated point)")
+                        ".csv (one row per simulated point)" if plan else sweepcli.OUTPUT_HELP)
+    if not plan:
+        sweepcli.add_plot_option(g)
     g.add_argument("--no-progress", dest="progress", action="store_const", const="false",
                    default=S, help="no progress bar on stderr")
-    return parser
 
 
 # --------------------------------------------------------------------------- settings
 
 
-def _load_config(path: str) -> dict:
+def _load_config(path: str, extra: tuple = (), table: str = "plan") -> dict:
+    """Options from a TOML file; keys are DEFAULTS' long names, or ``extra`` ones (a
+    subcommand's own options); a lone ``[table]`` table is read as the file."""
     file = Path(path)
     if not file.is_file():
         raise _bad("config", path, "must be a readable TOML file")
@@ -345,15 +371,15 @@ def _load_config(path: str) -> dict:
         raw = tomllib.loads(file.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"--config {path!r} is not valid TOML: {exc}") from exc
-    if "plan" in raw and isinstance(raw["plan"], dict) and len(raw) == 1:
-        raw = raw["plan"]                       # allow a [plan] table
+    if table in raw and isinstance(raw[table], dict) and len(raw) == 1:
+        raw = raw[table]                        # allow a [plan] table
     out = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name == "no_progress":               # the flag --no-progress, as a key
             out["progress"] = not _flag("no_progress", value)
             continue
-        if name not in DEFAULTS:
+        if name not in DEFAULTS and name not in extra:
             raise InputError(f"--config {path!r}: unknown key {key!r}; keys are the long "
                              "option names, e.g. rate, prompt-dist, max-batch, no-progress")
         out[name] = value
@@ -634,16 +660,19 @@ def write_output(s: Settings, result) -> None:
 
     path = Path(s.output)
     if path.suffix.lower() == ".json":
-        data = {"settings": {"rate_rps": s.rate, "workload": s.workload, "cost": s.cost,
-                             "memory": s.memory or None, "limits_s": s.limits,
-                             "target": s.target, "router": s.router, "policy": s.policy,
-                             "max_batch": s.replica.max_batch, "mode": s.replica.mode},
-                **result.to_dict()}
+        data = {"settings": {"rate_rps": s.rate, **_settings_dict(s)}, **result.to_dict()}
         path.write_text(json.dumps(data, indent=1) + "\n")
         return
     fleet = result.fleet.evaluations.assign(search="fleet")
     capacity = result.capacity.evaluations.assign(search="capacity")
     pd.concat([fleet, capacity], ignore_index=True).to_csv(path, index=False)
+
+
+def _settings_dict(s: Settings) -> dict:
+    """The settings a JSON result records (rates aside): workload, cost, SLO, replica."""
+    return {"workload": s.workload, "cost": s.cost, "memory": s.memory or None,
+            "limits_s": s.limits, "target": s.target, "router": s.router,
+            "policy": s.policy, "max_batch": s.replica.max_batch, "mode": s.replica.mode}
 
 
 def _mean_context(workload) -> float:
@@ -1121,10 +1150,11 @@ def _below(fleet) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def _merge(namespace: argparse.Namespace) -> dict:
+def _merge(namespace: argparse.Namespace, extra: tuple = ()) -> dict:
     given = {k: v for k, v in vars(namespace).items() if k != "command"}
     config = given.pop("config", None)
-    merged = _load_config(config) if config is not None else {}
+    merged = (_load_config(config, extra, namespace.command) if config is not None
+              else {})
     merged.update(given)
     return merged
 
@@ -1196,6 +1226,9 @@ def main(argv=None) -> int:
         return calibrate(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        from .sweepcli import main as sweep
+        return sweep(args)
     try:
         s = settings(_merge(args))
         executor, close = _executor(s)
