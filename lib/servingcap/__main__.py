@@ -801,7 +801,12 @@ def _gpu_card(o: dict, given: dict):
     try:
         card = gpu(o["gpu"], extra=spec)
     except ValueError as exc:
-        raise InputError(f"--gpu: {exc}") from None
+        if not isinstance(o["gpu"], str):
+            raise InputError(f"--gpu: {exc}") from None
+        known = ", ".join(gpu_table(spec)["gpu"])
+        where = "data/gpus.csv" if spec is None else f"data/gpus.csv or --gpu-spec {spec}"
+        hint = "" if spec is not None else "; describe your own GPU with --gpu-spec FILE"
+        raise InputError(f"--gpu {o['gpu']} is not in {where} (known: {known}){hint}") from None
     if fp8 and card.fp8_flops is None:
         with_fp8 = gpu_table(spec).dropna(subset=["fp8_dense_tflops"])["gpu"]
         raise InputError(f"--fp8: GPU {card.name} has no fp8 tensor cores (its "

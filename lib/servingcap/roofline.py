@@ -278,9 +278,11 @@ def gpu(name: str, extra: str | Path | None = None) -> GPU:
     table = gpu_table(extra)
     match = table[table.gpu.str.lower() == name.lower()]
     if match.empty:
-        where = "data/gpus.csv" if extra is None else f"data/gpus.csv or {extra}"
+        where = "data/gpus.csv" if extra is None else f"data/gpus.csv or extra={str(extra)!r}"
+        hint = ("; describe a GPU of your own in a spec file passed as extra (see load_gpus)"
+                if extra is None else "")
         raise ValueError(f"gpu name {name!r} is not in {where}; known: "
-                         f"{', '.join(table.gpu)}")
+                         f"{', '.join(table.gpu)}{hint}")
     row = match.iloc[0]
     fp8 = None if pd.isna(row.fp8_dense_tflops) else float(row.fp8_dense_tflops) * 1e12
     return GPU(name=row.gpu, memory_bytes=float(row.memory_gb) * 1e9,
