@@ -529,3 +529,21 @@ def test_rate_native_plan_reports_the_native_rate(tmp_path, capsys):
     native = (len(times) - 1) / ((times[-1] - times[0]) / 1000.0)
     assert out.startswith(f"Plan for {native:.4g} req/s, the trace's native mean rate "
                           "(--rate native"), out.splitlines()[0]
+
+
+def test_a_cost_file_with_a_user_gpu_in_fp8_sizes_the_memory_only(tmp_path):
+    # --cost prices the steps (the calibrated engine); --model-config/--gpu/--gpu-spec/--fp8
+    # size the memory on the user's GPU
+    from pathlib import Path
+
+    from servingcap import calibrate
+    from servingcap.__main__ import settings
+
+    result = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+    path = calibrate.save_cost(calibrate.calibrate(result, max_batch=4), tmp_path / "cost.json")
+    s = settings({"cost": str(path), "rate": 2, "model_config": "Llama-3.1-8B", "gpu": "B200",
+                  "gpu_spec": USER_GPUS, "fp8": True})
+    assert s.cost.startswith("calibrated cost from calibrate")
+    assert s.memory.startswith("1 x B200 at gpu_memory_utilization 0.9 = 162.0 GiB: "
+                               "weights (fp8) 7.5 GiB")
+    assert s.gpu.startswith("B200 from --gpu-spec")
