@@ -11,6 +11,7 @@ from servingcap.__main__ import _trace_requests, main
 from servingcap.fleet import size_fleet
 from servingcap.planning import PoissonWorkload, fluid_rate, hold_time, plan
 from servingcap.serving import Replica
+from servingcap.traffic import data_dir
 
 # A small, fast plan: short outputs, 8 slots per replica, at most 4 replications a point.
 RATE, SEED = 4.0, 5
@@ -56,6 +57,7 @@ def parse(stdout: str) -> dict:
             "fluid_min": int(fluid[1])}
 
 
+USER_GPUS = str(data_dir() / "gpus_example_user.csv")
 FAST_REPLICA = Replica(prefill_rate=8000, decode_step_s=0.020, max_batch=8)
 FAST_WORK = PoissonWorkload(1000, 40)
 
@@ -257,6 +259,13 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--profile", "opt-13b", "--prefill-rate", "9000"], "--prefill-rate"),
     (["--profile", "opt-13b", "--gpu", "A100-80GB"], "--profile"),
     (["--tp", "2"], "--tp"),                                 # no hardware model given
+    (["--model-config", "Llama-3.1-8B", "--gpu", "A100-80GB", "--fp8"], "--fp8"),
+    (["--fp8"], "--fp8"),                                    # nothing to put in fp8
+    (["--rate", "native"], "--rate"),                        # native needs a trace
+    (["--gpu-spec", USER_GPUS], "--gpu-spec"),               # a spec file needs --gpu
+    (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X"], "--gpu"),   # not shipped
+    (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X", "--gpu-spec", "no_such.csv"],
+     "--gpu-spec"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_the_option(args, named, capsys):
     # each refusal comes before any simulation, so it is immediate (no hang on huge
@@ -355,7 +364,8 @@ def test_help_documents_every_option_with_units(capsys):
                          ("--mode", "prefill_first"), ("--max-batched-tokens", "tokens"),
                          ("--model-config", "config.json"), ("--gpu", "A100-80GB"),
                          ("--tp", "GPUs"), ("--flops-efficiency", "FLOP/s"),
-                         ("--bandwidth-efficiency", "bandwidth"), ("--profile", "DistServe")]:
+                         ("--bandwidth-efficiency", "bandwidth"), ("--profile", "DistServe"),
+                         ("--gpu-spec", "data/gpus.csv"), ("--fp8", "fp8 dense peak")]:
         assert option in entries, (option, sorted(entries))
         assert unit in entries[option], (option, unit, entries[option])
     status, out, _ = main_in_process(["--help"], capsys)
@@ -396,3 +406,144 @@ def test_calibrate_is_a_subcommand(capsys, tmp_path):
     status, out, err = main_in_process(["calibrate", str(tmp_path / "missing.json")], capsys)
     assert status == 2 and out == ""
     assert err.startswith("python -m servingcap calibrate: error:") and "missing.json" in err
+
+
+# --------------------------------------------------------------------------- hardware options
+
+
+def test_roofline_efficiencies_default_to_the_measured_fit_and_the_report_says_so():
+    from servingcap.__main__ import settings
+    from servingcap.roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline
+
+    s = settings({"model_config": "Llama-2-7b-hf", "gpu": "A100-80GB", "rate": 1})
+    cost = s.replica.step_time
+    assert (cost.flops_efficiency, cost.bandwidth_efficiency) == (
+        FLOPS_EFFICIENCY, BANDWIDTH_EFFICIENCY) == (0.62, 0.55)
+    assert s.cost == Roofline("Llama-2-7b-hf", "A100-80GB").describe()
+    assert "efficiency 0.62 of peak FLOP/s and 0.55 of HBM bandwidth (measured: fit to " \
+           "Vidur's Llama-2-7B A100-80GB" in s.cost
+    pure = settings({"model_config": "Llama-2-7b-hf", "gpu": "A100-80GB", "rate": 1,
+                     "flops_efficiency": "1", "bandwidth_efficiency": "1"})
+    assert "pure roofline (efficiency 1.0: a lower bound on the step time)" in pure.cost
+
+
+def test_fp8_puts_the_roofline_and_the_memory_in_fp8():
+    from servingcap.__main__ import settings
+    from servingcap.memory import memory_plan
+
+    bf16 = settings({"model_config": "Llama-3.1-8B", "gpu": "H100-SXM", "rate": 1})
+    fp8 = settings({"model_config": "Llama-3.1-8B", "gpu": "H100-SXM", "rate": 1,
+                    "fp8": "true"})
+    roof = fp8.replica.step_time
+    assert roof.fp8 and roof.peak_flops == 1979e12 and not bf16.replica.step_time.fp8
+    assert "(fp8)" in fp8.cost and "(bf16/fp16)" in bf16.cost
+    assert "weights (fp8) 7.5 GiB" in fp8.memory and "KV cache (fp8)" in fp8.memory
+    assert fp8.replica.kv_capacity_tokens == memory_plan("Llama-3.1-8B", "H100-SXM",
+                                                         fp8=True).kv_capacity_tokens
+    assert fp8.replica.kv_capacity_tokens > 2 * bf16.replica.kv_capacity_tokens
+
+
+def test_fp8_on_a_gpu_without_fp8_is_refused_naming_both(capsys):
+    status, out, err = main_in_process(["plan", "--model-config", "Llama-3.1-8B", "--gpu",
+                                        "A100-80GB", "--fp8"], capsys)
+    assert status == 2 and out == ""
+    assert err.strip() == ("python -m servingcap plan: error: --fp8: GPU A100-80GB has no fp8 "
+                           "tensor cores (its fp8_dense_tflops is empty); drop --fp8 or use a "
+                           "--gpu with fp8: H100-SXM, H100-PCIe, H200, L40S")
+
+
+def test_a_user_gpu_drives_the_roofline_and_the_memory_and_is_reported():
+    from servingcap.__main__ import settings
+    from servingcap.roofline import Roofline, gpu
+
+    s = settings({"model_config": "Llama-3.1-8B", "gpu": "MI300X", "gpu_spec": USER_GPUS,
+                  "rate": 1})
+    card = gpu("MI300X", extra=USER_GPUS)
+    assert s.replica.step_time == Roofline("Llama-3.1-8B", card)
+    assert s.memory.startswith("1 x MI300X at gpu_memory_utilization 0.9 = 172.8 GiB")
+    assert s.gpu.startswith(f"MI300X from --gpu-spec {USER_GPUS}: 192 GB, 5300 GB/s HBM, "
+                            "1307.4 bf16 / 2614.9 fp8 dense TFLOP/s")
+    assert "datasheet values" in s.gpu and "amd.com" in s.gpu
+
+
+def test_a_user_gpu_replacing_a_shipped_one_says_so(tmp_path):
+    from servingcap.__main__ import settings
+
+    path = tmp_path / "mine.toml"
+    path.write_text('[[gpus]]\ngpu = "H100-SXM"\nmemory_gb = 94\nhbm_gb_per_s = 3900\n'
+                    'bf16_dense_tflops = 989.5\nfp8_dense_tflops = 1979\n'
+                    'interconnect = "NVLink 4"\nlink_gb_per_s = 900\n'
+                    'source = "H100 NVL datasheet, for a test"\n')
+    s = settings({"model_config": "Llama-3.1-8B", "gpu": "H100-SXM", "gpu_spec": str(path),
+                  "rate": 1})
+    assert "(replaces the shipped data/gpus.csv row of that name)" in s.gpu
+    assert s.memory.startswith("1 x H100-SXM at gpu_memory_utilization 0.9 = 84.6 GiB")
+
+
+def test_a_bad_gpu_spec_file_is_one_line_naming_the_file_and_column(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    path.write_text("gpu,memory_gb,hbm_gb_per_s,bf16_dense_tflops,fp8_dense_tflops,"
+                    "interconnect,link_gb_per_s,source\nMI300X,192,-5300,1307,2615,IF,896,s\n")
+    status, out, err = main_in_process(["plan", "--model-config", "Llama-3.1-8B", "--gpu",
+                                        "MI300X", "--gpu-spec", str(path)], capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"--gpu-spec: GPU spec file {path}, gpu 'MI300X': column 'hbm_gb_per_s' must be " \
+           "a positive number" in err
+
+
+def test_rescaling_a_trace_to_its_own_mean_rate_keeps_its_arrival_times():
+    import numpy as np
+    from servingcap.traffic import load_trace, mean_rate, rescale_to_rate
+
+    frame = load_trace("azure_conv")
+    same = rescale_to_rate(frame, mean_rate(frame))
+    np.testing.assert_allclose(same["arrival_s"], frame["arrival_s"], rtol=0, atol=1e-9)
+
+
+def test_rate_native_is_the_trace_mean_rate():
+    from servingcap.__main__ import settings
+    from servingcap.traffic import mean_rate
+
+    frame, _ = _trace_requests("azure_conv", 500)
+    s = settings({"trace": "azure_conv", "requests": 500, "rate": "native"})
+    assert s.native_rate and s.rate == mean_rate(frame["arrival_s"])
+    assert not settings({"trace": "azure_conv", "requests": 500, "rate": 3}).native_rate
+
+
+def test_rate_native_plan_reports_the_native_rate(tmp_path, capsys):
+    import json
+
+    import numpy as np
+
+    # 400 requests, Poisson at 2 req/s: a plan of the FAST replica at the trace's timing
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.exponential(0.5, 400)) * 1000.0
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": float(t), "input_length": 1000,
+                                        "output_length": 40}) + "\n" for t in times))
+    args = FAST[6:]                    # FAST without its rate and token counts
+    assert args[0] == "--prefill-rate"
+    status, out, err = main_in_process(["plan", *args, "--trace", str(path), "--rate",
+                                        "native", "--budget", "2"], capsys)
+    assert status == 0, err
+    native = (len(times) - 1) / ((times[-1] - times[0]) / 1000.0)
+    assert out.startswith(f"Plan for {native:.4g} req/s, the trace's native mean rate "
+                          "(--rate native"), out.splitlines()[0]
+
+
+def test_a_cost_file_with_a_user_gpu_in_fp8_sizes_the_memory_only(tmp_path):
+    # --cost prices the steps (the calibrated engine); --model-config/--gpu/--gpu-spec/--fp8
+    # size the memory on the user's GPU
+    from pathlib import Path
+
+    from servingcap import calibrate
+    from servingcap.__main__ import settings
+
+    result = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+    path = calibrate.save_cost(calibrate.calibrate(result, max_batch=4), tmp_path / "cost.json")
+    s = settings({"cost": str(path), "rate": 2, "model_config": "Llama-3.1-8B", "gpu": "B200",
+                  "gpu_spec": USER_GPUS, "fp8": True})
+    assert s.cost.startswith("calibrated cost from calibrate")
+    assert s.memory.startswith("1 x B200 at gpu_memory_utilization 0.9 = 162.0 GiB: "
+                               "weights (fp8) 7.5 GiB")
+    assert s.gpu.startswith("B200 from --gpu-spec")

@@ -165,6 +165,7 @@ SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
 VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
 MEMORY = memory.memory_plan("Llama-3.1-8B", "H100-SXM")
+USER_GPUS = traffic.data_dir() / "gpus_example_user.csv"     # a user's GPU spec file (MI300X, B200)
 CONFIG = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
           "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
 DS_COST = profiles.distserve_profile()
@@ -616,6 +617,9 @@ ENTRIES = [
       detail=roofline.step([100], [0], [50, 60]), lm_head=True),
     E("roofline.gpu", roofline.gpu, name="H100-SXM"),
     E("roofline.gpu_table", roofline.gpu_table, allow_nan=True),
+    E("roofline.gpu[extra]", roofline.gpu, name="MI300X", extra=str(USER_GPUS)),
+    E("roofline.gpu_table[extra]", roofline.gpu_table, extra=str(USER_GPUS), allow_nan=True),
+    E("roofline.load_gpus", roofline.load_gpus, path=str(USER_GPUS)),
     E("roofline.model_names", roofline.model_names),
     E("roofline.measured_steps", roofline.measured_steps, allow_nan=True),
     E("roofline.model_config", roofline.model_config, source="Llama-3.1-8B", name="llama"),

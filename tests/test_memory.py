@@ -3,8 +3,9 @@
 import re
 
 import pytest
-from servingcap import memory
+from servingcap import memory, roofline
 from servingcap.__main__ import InputError, settings
+from servingcap.traffic import data_dir
 
 GIB = 2 ** 30
 # Llama-3.1-70B's config.json (meta-llama/Llama-3.1-70B): the fields the model needs.
@@ -89,3 +90,30 @@ def test_plan_refuses_weights_that_do_not_fit():
                   "gpu_memory_utilization": 0.1})
     with pytest.raises(InputError, match="applies only with --model-config"):
         settings({"gpu_memory_utilization": 0.5})
+
+
+USER_GPUS = data_dir() / "gpus_example_user.csv"
+
+
+def test_a_user_gpu_sizes_the_memory_by_its_own_capacity():
+    # 70B in bf16 (131.5 GiB of weights) fits on one 192 GB MI300X, not on one H100
+    mi300x = roofline.gpu("MI300X", extra=USER_GPUS)
+    plan = memory.memory_plan(LLAMA_70B, mi300x)
+    assert plan.gpu == "MI300X"
+    assert plan.usable_bytes_per_gpu == 0.9 * 192 * GIB
+    assert plan.kv_bytes == pytest.approx(0.9 * 192 * GIB - plan.weight_bytes
+                                          - memory.RUNTIME_RESERVE_GIB * GIB)
+    with pytest.raises(ValueError, match="weights need"):
+        memory.memory_plan(LLAMA_70B, "H100-SXM")
+
+
+def test_plan_uses_the_user_gpu_memory_and_says_fp8():
+    s = settings({"model_config": "Llama-3.1-8B", "gpu": "MI300X", "gpu_spec": str(USER_GPUS),
+                  "rate": 1, "fp8": True})
+    plan = memory.memory_plan("Llama-3.1-8B", roofline.gpu("MI300X", extra=USER_GPUS),
+                              fp8=True)
+    assert s.replica.kv_capacity_tokens == plan.kv_capacity_tokens
+    assert plan.kv_capacity_tokens > 2 * memory.memory_plan("Llama-3.1-8B", "H100-SXM",
+                                                            fp8=True).kv_capacity_tokens
+    assert s.memory.startswith("1 x MI300X at gpu_memory_utilization 0.9 = 172.8 GiB: "
+                               "weights (fp8) 7.5 GiB") and "KV cache (fp8)" in s.memory

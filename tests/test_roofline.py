@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from servingcap import roofline
 from servingcap.roofline import Roofline, step
 from servingcap.serving import Replica, simulate
+from servingcap.traffic import data_dir
 
 # Hand-counted parameters (GEMM weights per layer: Q, K, V, O + MLP; LM head H * V).
 LLAMA2_7B = {"layer": 4096 * 4096 * 4 + 3 * 4096 * 11008, "layers": 32, "head": 4096 * 32000,
@@ -355,3 +356,102 @@ def test_linear_op_check_with_efficiencies_fit_per_profile():
                                    ("A100-80GB", "Llama-3.1-8B"): 169.8}, abs=0.2)
     with pytest.raises(ValueError, match="fitted"):
         roofline.linear_op_check(fitted="yes")
+
+
+# --------------------------------------------------------------------------- user GPUs, fp8
+
+EXAMPLE = data_dir() / "gpus_example_user.csv"
+HEADER = ("gpu,memory_gb,hbm_gb_per_s,bf16_dense_tflops,fp8_dense_tflops,interconnect,"
+          "link_gb_per_s,source\n")
+
+
+def test_user_gpu_file_adds_gpus_the_roofline_and_memory_use():
+    table = roofline.load_gpus(EXAMPLE)
+    assert list(table.gpu) == ["MI300X", "B200"]
+    assert table.source.str.contains("datasheet values").all()
+    assert table.source.str.contains("https://").all()
+    mi300x = roofline.gpu("mi300x", extra=EXAMPLE)
+    assert (mi300x.memory_bytes, mi300x.hbm_bytes_per_s) == (192e9, 5300e9)
+    assert (mi300x.bf16_flops, mi300x.fp8_flops) == (1307.4e12, 2614.9e12)
+    with pytest.raises(ValueError, match="MI300X.*not in data/gpus.csv; known"):
+        roofline.gpu("MI300X")                        # not shipped: only with the file
+    # a decode step of one short sequence is weight-read bound: the weights at the
+    # measured fraction of the user's HBM bandwidth
+    roof = Roofline("Llama-3.1-8B", mi300x)
+    w = roof.work(step(decode=[16]))
+    memory_s = w["hbm_bytes"] / (roofline.BANDWIDTH_EFFICIENCY * 5300e9)
+    assert roof.decode_s(1, 16) == pytest.approx(memory_s, rel=1e-12)
+    assert "MI300X" in roof.describe()
+
+
+def test_user_gpu_file_replaces_a_shipped_gpu_of_the_same_name(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(HEADER + "h100-sxm,94,3900,989.5,1979,NVLink 4,900,H100 NVL (94 GB) as a test\n")
+    table = roofline.gpu_table(extra=path)
+    assert table.gpu.str.lower().tolist().count("h100-sxm") == 1
+    assert roofline.gpu("H100-SXM", extra=path).memory_bytes == 94e9
+    assert roofline.gpu("H100-SXM").memory_bytes == 80e9         # the shipped file is untouched
+
+
+def test_user_gpu_file_in_toml_and_json(tmp_path):
+    toml = tmp_path / "g.toml"
+    toml.write_text('[[gpus]]\ngpu = "X1"\nmemory_gb = 96\nhbm_gb_per_s = 4000\n'
+                    'bf16_dense_tflops = 500\ninterconnect = ""\nlink_gb_per_s = 400\n'
+                    'source = "made up for a test"\n')
+    assert roofline.gpu("X1", extra=toml).fp8_flops is None      # fp8 left out: none
+    js = tmp_path / "g.json"
+    js.write_text('[{"gpu": "X2", "memory_gb": 96, "hbm_gb_per_s": 4000, '
+                  '"bf16_dense_tflops": 500, "fp8_dense_tflops": 1000, "interconnect": "x", '
+                  '"link_gb_per_s": 400, "source": "made up"}]')
+    assert roofline.gpu("X2", extra=js).fp8_flops == 1000e12
+
+
+@pytest.mark.parametrize("body, match", [
+    (HEADER.replace(",hbm_gb_per_s", "") + "X,80,989,,NV,900,s\n", "missing the column 'hbm_gb_per_s'"),
+    (HEADER + "X,-80,3350,989,,NV,900,s\n", "gpu 'X'.*column 'memory_gb' must be a positive number"),
+    (HEADER + "X,80,fast,989,,NV,900,s\n", "column 'hbm_gb_per_s' must be a positive number"),
+    (HEADER + "X,80,3350,inf,,NV,900,s\n", "column 'bf16_dense_tflops'"),
+    (HEADER + "X,80,3350,989,0,NV,900,s\n", "column 'fp8_dense_tflops' must be a positive number or empty"),
+    (HEADER + "X,80,3350,989,,NV,900,\n", "column 'source' must say where"),
+    (HEADER + "X,80,3350,989,,NV,900,s\nx,80,3350,989,,NV,900,s\n", "'x' appears twice"),
+    (HEADER + "X,80,3350,989,,NV,900,s,extra\n", "more cells than the header"),
+    (HEADER, "has no GPU rows"),
+    (HEADER + ",80,3350,989,,NV,900,s\n", "column 'gpu' must be a non-empty name"),
+])
+def test_bad_user_gpu_files_get_one_line_naming_file_and_column(tmp_path, body, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=match) as err:
+        roofline.load_gpus(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name, body, match", [
+    ("g.yaml", "gpu: X", "must end in .csv, .toml or .json"),
+    ("g.toml", "gpu = [", "could not be read"),
+    ("g.json", '{"x": 1}', "list of GPU tables"),
+    ("g.json", '[{"gpu": "X", "memory_gb": 80}]', "missing the column 'hbm_gb_per_s'"),
+])
+def test_bad_user_gpu_file_formats(tmp_path, name, body, match):
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(ValueError, match=match):
+        roofline.load_gpus(path)
+    with pytest.raises(ValueError, match="path=.*not found"):
+        roofline.load_gpus(tmp_path / "absent.csv")
+
+
+def test_fp8_reads_one_byte_weights_and_prices_gemms_at_the_fp8_peak():
+    bf16 = Roofline("Llama-3.1-8B", "H100-SXM")
+    fp8 = Roofline("Llama-3.1-8B", "H100-SXM", fp8=True)
+    assert fp8.peak_flops == roofline.gpu("H100-SXM").fp8_flops == 1979e12
+    decode = step(decode=[1000] * 8)
+    assert fp8.work(decode)["linear_bytes"] == bf16.work(decode)["linear_bytes"] / 2
+    assert fp8.work(decode)["decode_attention_bytes"] == bf16.work(decode)["decode_attention_bytes"] / 2
+    # a long prefill is compute-bound in both: the linear group takes the bf16 time
+    # scaled by the peaks' ratio (989.5 / 1979 = one half)
+    prefill = step(prefill=[8192])
+    assert bf16.breakdown(prefill)["linear_bound"] == fp8.breakdown(prefill)["linear_bound"] == "compute"
+    assert fp8.breakdown(prefill)["linear_s"] == pytest.approx(
+        bf16.breakdown(prefill)["linear_s"] * 989.5 / 1979, rel=1e-12)
+    assert "(fp8)" in fp8.describe()

@@ -51,10 +51,12 @@ DEFAULTS = {
     "step_cost": "fused",
     "model_config": None,
     "gpu": None,
+    "gpu_spec": None,
+    "fp8": False,
     "tp": 1,
     "gpu_memory_utilization": 0.9,
-    "flops_efficiency": 1.0,
-    "bandwidth_efficiency": 1.0,
+    "flops_efficiency": None,       # None: roofline.FLOPS_EFFICIENCY, the measured fit
+    "bandwidth_efficiency": None,   # None: roofline.BANDWIDTH_EFFICIENCY
     "profile": None,
     "cost": None,
     "ttft_p99_ms": 1000.0,
@@ -191,12 +193,15 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
     plan = command == "plan"
     S = argparse.SUPPRESS      # absent options stay absent, so the config file can fill them
     d = DEFAULTS
+    from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, GPU_COLUMNS
     p.add_argument("--config", metavar="FILE", default=S,
                    help="TOML file of options (keys = long option names); command line wins")
     g = p.add_argument_group("traffic")
     if plan:
-        g.add_argument("--rate", type=str, metavar="REQ_PER_S", default=S,
-                       help=f"mean arrival rate to plan for, requests/s (default {d['rate']:g})")
+        g.add_argument("--rate", type=str, metavar="REQ_PER_S|native", default=S,
+                       help="mean arrival rate to plan for, requests/s, or native (with "
+                            "--trace only): the trace's own mean rate, so its arrivals keep "
+                            f"their recorded timing (default {d['rate']:g})")
     else:
         sweepcli.add_rates_option(g)
     g.add_argument("--requests", type=str, metavar="N", default=S,
@@ -266,7 +271,18 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                    help="roofline cost model: a Hugging Face config.json, or a shipped one ("
                         + ", ".join(_model_names()) + "); needs --gpu")
     g.add_argument("--gpu", type=str, metavar="NAME", default=S,
-                   help="GPU of the roofline (" + ", ".join(_gpu_names()) + ")")
+                   help="GPU of the roofline (" + ", ".join(_gpu_names()) + ", or one "
+                        "--gpu-spec describes)")
+    g.add_argument("--gpu-spec", type=str, metavar="FILE", default=S,
+                   help="your own GPUs (e.g. MI300X, B200): a .csv with the columns of "
+                        "data/gpus.csv (" + ", ".join(GPU_COLUMNS) + "; memory GB, "
+                        "bandwidths GB/s, dense TFLOP/s) or a .toml/.json list of tables with "
+                        "those keys; its GPUs become --gpu names and replace shipped ones of "
+                        "the same name (example: data/gpus_example_user.csv)")
+    g.add_argument("--fp8", action="store_const", const="true", default=S,
+                   help="fp8 weights and KV cache (1 byte each): the roofline reads 1-byte "
+                        "weights and prices GEMMs at the GPU's fp8 dense peak, the memory "
+                        "check holds 1-byte weights and KV; needs --gpu with fp8 tensor cores")
     g.add_argument("--tp", type=str, metavar="GPUS", default=S,
                    help=f"tensor-parallel degree of a replica, GPUs (default {d['tp']})")
     g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
@@ -276,11 +292,13 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                         f"{d['gpu_memory_utilization']:g})")
     g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
                    help="roofline: achievable fraction of peak FLOP/s, in (0, 1] (default "
-                        f"{d['flops_efficiency']:g}: pure roofline; the step-time chapter "
-                        "fits it to measured profiles)")
+                        f"{FLOPS_EFFICIENCY:g}, measured: fit to Vidur's Llama-2-7B "
+                        "A100-80GB linear-op profile, data/gpus_measured.csv; 1 with "
+                        "--bandwidth-efficiency 1 is the pure roofline, a lower bound on the "
+                        "step time; the report prints which)")
     g.add_argument("--bandwidth-efficiency", type=str, metavar="FRACTION", default=S,
                    help="roofline: achievable fraction of HBM bandwidth, in (0, 1] (default "
-                        f"{d['bandwidth_efficiency']:g})")
+                        f"{BANDWIDTH_EFFICIENCY:g}, measured by the same fit)")
     g.add_argument("--profile", type=str, metavar="SPEC", default=S,
                    help="DistServe's published A100-80GB step-time fit: MODEL[:ENGINE] with "
                         "MODEL opt-13b or opt-66b and ENGINE distserve (default) or vllm, or "
@@ -534,6 +552,8 @@ class Settings:
     memory: str = ""
     output: str | None = None
     prefix: str = ""
+    native_rate: bool = False
+    gpu: str = ""
 
 
 def settings(options: dict) -> Settings:
@@ -542,7 +562,11 @@ def settings(options: dict) -> Settings:
 
     given = dict(options)
     o = {**DEFAULTS, **given}
-    rate = _number("rate", o["rate"])
+    native = isinstance(o["rate"], str) and o["rate"].strip().lower() == "native"
+    if native and o["trace"] is None:
+        raise _bad("rate", o["rate"], "native replays a trace at its own timing: it needs "
+                   "--trace")
+    rate = None if native else _number("rate", o["rate"])
     seed = _whole("seed", o["seed"], minimum=0)
     for short, dist in (("prompt_tokens", "prompt_dist"), ("output_tokens", "output_dist")):
         if short in given and dist in given:
@@ -562,6 +586,9 @@ def settings(options: dict) -> Settings:
         if n is not None and n > MAX_TRACE_ROWS:
             raise _bad("requests", o["requests"], f"must be <= {MAX_TRACE_ROWS:,} trace rows")
         workload, text = _trace_requests(o["trace"], n)
+        if native:
+            from .traffic import mean_rate
+            rate = mean_rate(workload["arrival_s"])
     else:
         if o["requests"] is not None:
             raise _bad("requests", o["requests"],
@@ -579,7 +606,8 @@ def settings(options: dict) -> Settings:
         raise _bad("mode", mode, f"must be one of {', '.join(MODES)}")
     budget_tokens = (None if o["max_batched_tokens"] is None
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
-    step_time, decode, cost_text = _cost_model(o, given)
+    card, gpu_text = _gpu_card(o, given)
+    step_time, decode, cost_text = _cost_model(o, given, card)
     try:
         if o["step_cost"] not in STEP_COSTS:
             raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
@@ -593,7 +621,7 @@ def settings(options: dict) -> Settings:
     if calibrated is not None and "kv_capacity_tokens" in calibrated.replica_options:
         replica = dataclasses.replace(
             replica, kv_capacity_tokens=calibrated.replica_options["kv_capacity_tokens"])
-    replica, memory_text = _memory(o, given, replica, workload)
+    replica, memory_text = _memory(o, given, replica, workload, card)
     replica, workload, prefix_text = _prefix_cache(given, replica, workload)
     limits = {"ttft_s": _number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
               "tpot_s": _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0}
@@ -634,7 +662,7 @@ def settings(options: dict) -> Settings:
                    max_replicas=_whole("max_replicas", o["max_replicas"]), workers=workers,
                    scheduler=scheduler, progress=_flag("progress", o["progress"]),
                    cost=cost_text, memory=memory_text, output=_output(o["output"]),
-                   prefix=prefix_text)
+                   prefix=prefix_text, native_rate=native, gpu=gpu_text)
     _feasible(out)
     return out
 
@@ -660,7 +688,8 @@ def write_output(s: Settings, result) -> None:
 
     path = Path(s.output)
     if path.suffix.lower() == ".json":
-        data = {"settings": {"rate_rps": s.rate, **_settings_dict(s)}, **result.to_dict()}
+        data = {"settings": {"rate_rps": s.rate, "native_rate": s.native_rate,
+                             **_settings_dict(s)}, **result.to_dict()}
         path.write_text(json.dumps(data, indent=1) + "\n")
         return
     fleet = result.fleet.evaluations.assign(search="fleet")
@@ -683,10 +712,11 @@ def _mean_context(workload) -> float:
     return float(workload["prompt_tokens"].mean() + workload["output_tokens"].mean() / 2)
 
 
-def _memory(o: dict, given: dict, replica, workload):
-    """(replica with its KV capacity, report line) from --model-config/--gpu/--tp and
-    --gpu-memory-utilization (:func:`servingcap.memory.memory_plan`); unchanged without
-    a model and GPU. Refuses weights that do not fit; warns when the slots do not."""
+def _memory(o: dict, given: dict, replica, workload, card):
+    """(replica with its KV capacity, report line) from --model-config/--gpu/--tp,
+    --gpu-memory-utilization and --fp8 (:func:`servingcap.memory.memory_plan`) on
+    ``card`` (the --gpu, from --gpu-spec when it names one); unchanged without a model and
+    GPU. Refuses weights that do not fit; warns when the slots do not."""
     from .memory import GIB, memory_plan
 
     if "model_config" not in given or "gpu" not in given:
@@ -696,8 +726,8 @@ def _memory(o: dict, given: dict, replica, workload):
         return replica, ""
     util = _number("gpu_memory_utilization", o["gpu_memory_utilization"], upper=1.0)
     try:
-        memory = memory_plan(o["model_config"], o["gpu"], tp=_whole("tp", o["tp"]),
-                             gpu_memory_utilization=util)
+        memory = memory_plan(o["model_config"], card, tp=_whole("tp", o["tp"]),
+                             gpu_memory_utilization=util, fp8=_flag("fp8", o["fp8"]))
     except ValueError as exc:
         raise InputError(f"--model-config/--gpu/--tp/--gpu-memory-utilization: {exc}") from None
     context = _mean_context(workload)
@@ -777,8 +807,57 @@ def _cost_file(o: dict, given: dict):
     return calibrated
 
 
-def _cost_model(o: dict, given: dict):
-    """(step_time, decode, text): the replica's cost model from the options, and its source."""
+def _gpu_card(o: dict, given: dict):
+    """(GPU, report line) for --gpu, looked up in data/gpus.csv plus the --gpu-spec file
+    (:func:`servingcap.roofline.gpu`); (None, "") without --gpu. Checks --fp8 against it."""
+    from .roofline import gpu, gpu_table, load_gpus
+
+    spec, fp8 = o["gpu_spec"], _flag("fp8", o["fp8"])
+    if "gpu" not in given:
+        if spec is not None:
+            raise _bad("gpu_spec", spec, "applies only with --gpu (name one of its GPUs)")
+        if fp8:
+            raise _bad("fp8", o["fp8"], "applies only with --model-config and --gpu (a "
+                       "roofline or a memory check to put in fp8)")
+        return None, ""
+    if spec is not None:
+        if not isinstance(spec, str) or not spec.strip():
+            raise _bad("gpu_spec", spec, "must be a .csv, .toml or .json file")
+        try:
+            user = load_gpus(spec)
+        except ValueError as exc:
+            raise InputError(f"--gpu-spec: {exc}") from None
+    try:
+        card = gpu(o["gpu"], extra=spec)
+    except ValueError as exc:
+        if not isinstance(o["gpu"], str):
+            raise InputError(f"--gpu: {exc}") from None
+        known = ", ".join(gpu_table(spec)["gpu"])
+        where = "data/gpus.csv" if spec is None else f"data/gpus.csv or --gpu-spec {spec}"
+        hint = "" if spec is not None else "; describe your own GPU with --gpu-spec FILE"
+        raise InputError(f"--gpu {o['gpu']} is not in {where} (known: {known}){hint}") from None
+    if fp8 and card.fp8_flops is None:
+        with_fp8 = gpu_table(spec).dropna(subset=["fp8_dense_tflops"])["gpu"]
+        raise InputError(f"--fp8: GPU {card.name} has no fp8 tensor cores (its "
+                         f"fp8_dense_tflops is empty); drop --fp8 or use a --gpu with fp8: "
+                         f"{', '.join(with_fp8)}")
+    if spec is None or card.name.lower() not in set(user["gpu"].str.lower()):
+        return card, ""
+    shipped = set(gpu_table()["gpu"].str.lower())
+    fp8_text = "no fp8" if card.fp8_flops is None else f"{card.fp8_flops / 1e12:g} fp8"
+    text = (f"{card.name} from --gpu-spec {spec}"
+            + (" (replaces the shipped data/gpus.csv row of that name)"
+               if card.name.lower() in shipped else "")
+            + f": {card.memory_bytes / 1e9:g} GB, {card.hbm_bytes_per_s / 1e9:g} GB/s HBM, "
+            f"{card.bf16_flops / 1e12:g} bf16 / {fp8_text} dense TFLOP/s, "
+            f"{card.interconnect or 'interconnect unnamed'} "
+            f"{card.link_bytes_per_s / 1e9:g} GB/s; source: {card.source}")
+    return card, text
+
+
+def _cost_model(o: dict, given: dict, card):
+    """(step_time, decode, text): the replica's cost model from the options, and its
+    source; ``card`` is the --gpu (:func:`_gpu_card`)."""
     if "cost" in given:
         others = [n for n in ("prefill_rate", "decode_step_ms", "decode_table", "profile",
                               "flops_efficiency", "bandwidth_efficiency") if n in given]
@@ -818,13 +897,14 @@ def _cost_model(o: dict, given: dict):
             missing = "gpu" if "model_config" in given else "model_config"
             raise _bad(missing, None, "is needed by the roofline cost model (give both "
                        "--model-config and --gpu)")
-        from .roofline import Roofline
+        from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline
+        efficiency = {
+            name: measured if o[name] is None else _number(name, o[name], upper=1.0)
+            for name, measured in (("flops_efficiency", FLOPS_EFFICIENCY),
+                                   ("bandwidth_efficiency", BANDWIDTH_EFFICIENCY))}
         try:
-            cost = Roofline(o["model_config"], o["gpu"], tp=tp,
-                            flops_efficiency=_number("flops_efficiency", o["flops_efficiency"],
-                                                     upper=1.0),
-                            bandwidth_efficiency=_number("bandwidth_efficiency",
-                                                         o["bandwidth_efficiency"], upper=1.0))
+            cost = Roofline(o["model_config"], card, tp=tp, fp8=_flag("fp8", o["fp8"]),
+                            **efficiency)
         except (ValueError, OSError) as exc:
             raise InputError(f"--model-config/--gpu: {exc}") from None
         return cost, None, cost.describe()
@@ -1023,9 +1103,12 @@ def render(s: Settings, result) -> str:
     per_replica = fluid_rate(s.requests, r)
     rows = fleet.evaluations
     lines = [
-        f"Plan for {s.rate:g} req/s ({s.workload})",
+        (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: the "
+         f"whole trace at this rate is its recorded timing) ({s.workload})" if s.native_rate
+         else f"Plan for {s.rate:g} req/s ({s.workload})"),
         f"Replica: {r.max_batch} slots, {_steps_text(r)}; router {s.router}, "
         f"policy {s.policy}",
+        *([f"GPU: {s.gpu}"] if s.gpu else []),
         f"Cost model: {s.cost}",
         *([f"Memory: {s.memory}"] if s.memory else []),
         *([f"Prefix cache: {s.prefix}"] if s.prefix else []),

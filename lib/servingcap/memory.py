@@ -8,7 +8,8 @@ Source of the accounting: vLLM's startup memory profile (``vllm/worker/worker.py
 
 and divides the KV-cache memory into blocks of ``block_size`` (16) tokens. Here:
 
-* **GPU memory**: the spec sheet's figure in ``data/gpus.csv`` (:func:`servingcap.roofline.gpu`),
+* **GPU memory**: the spec sheet's figure in ``data/gpus.csv`` or a user's GPU file
+  (:func:`servingcap.roofline.gpu`, :func:`servingcap.roofline.load_gpus`),
   read as GiB: HBM comes in binary sizes (an "80 GB" H100 reports 79.22 GiB in vLLM's
   log, an "80 GB" A100 81,920 MiB in ``nvidia-smi``).
 * **Weights** from the model's ``config.json`` (:func:`servingcap.roofline.model_config`):
@@ -103,6 +104,7 @@ class MemoryPlan:
     kv_bytes_per_token: float
     kv_capacity_tokens: int
     block_tokens: int
+    fp8: bool = False
 
     def max_batch(self, mean_context_tokens: float) -> int:
         """Most sequences whose KV fits at once when each holds ``mean_context_tokens``
@@ -127,9 +129,10 @@ class MemoryPlan:
 
     def describe(self) -> str:
         """One line: where the memory goes and the KV capacity."""
+        dtype = " (fp8)" if self.fp8 else ""
         return (f"{self.describe_gpus()} = {self.tp * self.usable_bytes_per_gpu / GIB:.1f} "
-                f"GiB: weights {self.weight_bytes / GIB:.1f} GiB, runtime reserve "
-                f"{self.tp * self.reserve_bytes_per_gpu / GIB:.2f} GiB, KV cache "
+                f"GiB: weights{dtype} {self.weight_bytes / GIB:.1f} GiB, runtime reserve "
+                f"{self.tp * self.reserve_bytes_per_gpu / GIB:.2f} GiB, KV cache{dtype} "
                 f"{self.kv_bytes / GIB:.1f} GiB = {self.kv_capacity_tokens:,} tokens "
                 f"({self.kv_bytes_per_token / 1024:g} KiB per token)")
 
@@ -146,7 +149,9 @@ def memory_plan(model, gpu, *, tp: int = 1,
         Anything :func:`servingcap.roofline.model_config` reads (a shipped name such as
         ``"Llama-3.1-8B"``, a ``config.json`` path or its dict).
     gpu : GPU or str
-        A :class:`~servingcap.roofline.GPU` or a name in ``data/gpus.csv``.
+        A :class:`~servingcap.roofline.GPU` or a name in ``data/gpus.csv``; a GPU of your
+        own is ``roofline.gpu(name, extra="my_gpus.csv")`` (see
+        :func:`servingcap.roofline.load_gpus`), its ``memory_gb`` is what fits.
     tp : int
         Tensor-parallel degree (GPUs per replica).
     gpu_memory_utilization : float in (0, 1]
@@ -197,4 +202,4 @@ def memory_plan(model, gpu, *, tp: int = 1,
                       usable_bytes_per_gpu=usable, weight_bytes=weights,
                       reserve_bytes_per_gpu=reserve, kv_bytes=per_gpu_kv * tp,
                       kv_bytes_per_token=float(per_gpu_token * tp),
-                      kv_capacity_tokens=tokens, block_tokens=block_tokens)
+                      kv_capacity_tokens=tokens, block_tokens=block_tokens, fp8=fp8)

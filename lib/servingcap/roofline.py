@@ -54,8 +54,10 @@ Units: seconds, bytes, FLOP, tokens.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +70,8 @@ from . import _check
 from .serving import StepDetail
 from .traffic import data_dir
 
-__all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "model_config",
+__all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "load_gpus", "GPU_COLUMNS",
+           "model_config",
            "model_names", "fit_efficiency", "step", "measured_steps", "linear_op_check",
            "FLOPS_EFFICIENCY", "BANDWIDTH_EFFICIENCY", "GROUPS"]
 
@@ -128,20 +131,158 @@ def measured_steps() -> pd.DataFrame:
     return pd.read_csv(data_dir() / "gpus_measured.csv")
 
 
-def gpu_table() -> pd.DataFrame:
-    """The shipped GPU spec table (``data/gpus.csv``), one row per GPU, vendor units."""
-    return pd.read_csv(data_dir() / "gpus.csv")
+GPU_COLUMNS = ("gpu", "memory_gb", "hbm_gb_per_s", "bf16_dense_tflops", "fp8_dense_tflops",
+               "interconnect", "link_gb_per_s", "source")
+"""Columns of a GPU spec table (``data/gpus.csv`` and a user's file, :func:`load_gpus`):
+name; memory, GB; HBM bandwidth, GB/s; dense (no sparsity) tensor-core bf16 and fp8
+TFLOP/s (fp8 empty when the GPU has none); interconnect name; its per-GPU bandwidth, GB/s
+(bidirectional total, as spec sheets quote it); where the figures come from."""
+
+def _spec_number(where: str, column: str, value, optional: bool = False) -> float:
+    """A positive finite number from a spec-table cell (NaN for an empty optional one)."""
+    empty = value is None or (isinstance(value, str) and not value.strip()) or (
+        isinstance(value, float) and math.isnan(value))
+    if empty and optional:
+        return math.nan
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{where}: column {column!r} must be a positive number"
+                         f"{' or empty' if optional else ''}, got {value!r}")
+    return number
 
 
-def gpu(name: str) -> GPU:
-    """Look a GPU up by name (case-insensitive), e.g. ``"A100-80GB"`` or ``"H100-SXM"``."""
-    table = gpu_table()
+def _spec_records(path: Path) -> list[dict]:
+    """The rows of a GPU spec file as dicts (CSV, TOML or JSON, by suffix)."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            rows = [dict(row) for row in reader]
+        if None in header or any(None in row for row in rows):
+            raise ValueError(f"GPU spec file {path}: a row has more cells than the header")
+        missing = [c for c in GPU_COLUMNS if c not in header]
+        if missing:
+            raise ValueError(f"GPU spec file {path} is missing the column {missing[0]!r} "
+                             f"(columns: {', '.join(GPU_COLUMNS)})")
+        return rows
+    if suffix == ".toml":
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    elif suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        raise ValueError(f"GPU spec file {path} must end in .csv, .toml or .json")
+    if isinstance(data, Mapping) and "gpus" in data:
+        data = data["gpus"]
+    elif isinstance(data, Mapping) and "gpu" in data:
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(r, Mapping) for r in data):
+        raise ValueError(f"GPU spec file {path} must hold a list of GPU tables (TOML "
+                         "[[gpus]], JSON [{...}] or {\"gpus\": [...]}), each with the keys "
+                         f"{', '.join(GPU_COLUMNS)}")
+    return [dict(r) for r in data]
+
+
+def load_gpus(path: str | Path) -> pd.DataFrame:
+    """A user's GPU spec table (e.g. MI300X, B200), validated, in :data:`GPU_COLUMNS`.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.csv`` file with the columns of ``data/gpus.csv`` (:data:`GPU_COLUMNS`), or a
+        ``.toml`` / ``.json`` file holding a list of tables with those keys (TOML
+        ``[[gpus]]``; JSON a list or ``{"gpus": [...]}``; one table alone also works).
+        ``fp8_dense_tflops`` may be empty (no fp8 tensor cores; TOML and JSON tables may
+        leave it out), ``interconnect`` may be empty; every other number must be
+        positive, and ``source`` must say where the figures come from. Other columns
+        are kept as given. ``data/gpus_example_user.csv`` is an example.
+
+    Returns one row per GPU, numbers as floats (fp8 NaN when empty). Raises a one-line
+    ValueError naming the file, the GPU and the column for any bad cell, a missing
+    column, a repeated name, or an empty file.
+    """
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise ValueError(f"path must name a GPU spec file (.csv, .toml or .json), got {path!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path={str(path)!r}: GPU spec file not found")
+    try:
+        records = _spec_records(path)
+    except (OSError, UnicodeDecodeError, csv.Error, tomllib.TOMLDecodeError,
+            json.JSONDecodeError) as exc:
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"GPU spec file {path} could not be read: {reason}") from None
+    if not records:
+        raise ValueError(f"GPU spec file {path} has no GPU rows")
+    rows, seen = [], set()
+    for i, record in enumerate(records, start=1):
+        missing = [c for c in GPU_COLUMNS if c not in record and c != "fp8_dense_tflops"]
+        if missing:
+            raise ValueError(f"GPU spec file {path}, row {i}: missing the column "
+                             f"{missing[0]!r} (columns: {', '.join(GPU_COLUMNS)})")
+        name = record["gpu"]
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise ValueError(f"GPU spec file {path}, row {i}: column 'gpu' must be a "
+                             f"non-empty name without surrounding spaces, got {name!r}")
+        if name.lower() in seen:
+            raise ValueError(f"GPU spec file {path}: gpu {name!r} appears twice")
+        seen.add(name.lower())
+        where = f"GPU spec file {path}, gpu {name!r}"
+        row = {k: v for k, v in record.items() if k not in GPU_COLUMNS}   # kept as given
+        row["gpu"] = name
+        for column in GPU_COLUMNS[1:5] + ("link_gb_per_s",):
+            row[column] = _spec_number(where, column, record.get(column),
+                                       optional=column == "fp8_dense_tflops")
+        for column in ("interconnect", "source"):
+            value = record[column]
+            if value is None:
+                value = ""
+            if not isinstance(value, str):
+                raise ValueError(f"{where}: column {column!r} must be text, got {value!r}")
+            if column == "source" and not value.strip():
+                raise ValueError(f"{where}: column 'source' must say where the figures come "
+                                 "from (a datasheet URL, a measurement), got an empty cell")
+            row[column] = value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    return frame[list(GPU_COLUMNS) + [c for c in frame.columns if c not in GPU_COLUMNS]]
+
+
+def gpu_table(extra: str | Path | None = None) -> pd.DataFrame:
+    """The GPU spec table, one row per GPU, vendor units (:data:`GPU_COLUMNS`).
+
+    The shipped ``data/gpus.csv``, plus the rows of a user's spec file ``extra`` (any
+    file :func:`load_gpus` reads) when given: a row of ``extra`` whose name matches a
+    shipped one (case-insensitive) replaces it.
+    """
+    shipped = load_gpus(data_dir() / "gpus.csv")
+    if extra is None:
+        return shipped
+    with _check.naming("extra"):
+        user = load_gpus(extra)
+    keep = ~shipped["gpu"].str.lower().isin(user["gpu"].str.lower())
+    return pd.concat([shipped[keep], user], ignore_index=True)
+
+
+def gpu(name: str, extra: str | Path | None = None) -> GPU:
+    """Look a GPU up by name (case-insensitive), e.g. ``"A100-80GB"`` or ``"H100-SXM"``,
+    in :func:`gpu_table` (``extra``: a user's spec file whose rows are added, and replace
+    shipped rows of the same name)."""
     if not isinstance(name, str):
         raise ValueError(f"gpu name must be a string, got {name!r}")
+    table = gpu_table(extra)
     match = table[table.gpu.str.lower() == name.lower()]
     if match.empty:
-        raise ValueError(f"gpu name {name!r} is not in data/gpus.csv; known: "
-                         f"{', '.join(table.gpu)}")
+        where = "data/gpus.csv" if extra is None else f"data/gpus.csv or extra={str(extra)!r}"
+        hint = ("; describe a GPU of your own in a spec file passed as extra (see load_gpus)"
+                if extra is None else "")
+        raise ValueError(f"gpu name {name!r} is not in {where}; known: "
+                         f"{', '.join(table.gpu)}{hint}")
     row = match.iloc[0]
     fp8 = None if pd.isna(row.fp8_dense_tflops) else float(row.fp8_dense_tflops) * 1e12
     return GPU(name=row.gpu, memory_bytes=float(row.memory_gb) * 1e9,
