@@ -39,8 +39,9 @@ How a point is simulated (the *design*):
   the target when the replications vary a lot, as they do past a knee.) A single
   replication (``budget=1``, or a :class:`Replay` of a short table) is decided on 10
   batch means of its misses instead. The attainment interval printed is a Student-t
-  interval across replications (the requests of one run are correlated); the p99 interval is sectioning around the pooled
-  p99 (:func:`servingcap.stats.replicated_quantile_ci`).
+  interval across replications (the requests of one run are correlated); the p99
+  interval is sectioning around the pooled p99
+  (:func:`servingcap.stats.replicated_quantile_ci`).
 - **Common random numbers.** Replication *i* uses the same seed (requests, random
   router) at every fleet size and rate, so sizes and rates are compared on the same
   traffic. A :class:`PoissonWorkload` draws fresh requests per replication; a fixed
