@@ -359,10 +359,13 @@ def test_prefix_cache_is_used_by_the_bounds_and_reported_by_evaluate():
     # The simulated hit rate: about 4/6 of the prompt tokens, a little less because the
     # first request of each prefix on each replica misses (3 prefixes x 2 replicas x
     # 2 replications of 300 requests: 12 cold misses of 4 blocks in 2,400 blocks), and
-    # never above the bound from one shared warm cache.
+    # never above 4 of 6 blocks, the most any prompt shares. (One shared cache warm from
+    # the whole table serves a little less, 1 - need / prompts: it counts the 3 cold
+    # first requests, which the warm-up cut may drop from the kept ones; a reference.)
     bound = 1 - need.sum() / trace["prompt_tokens"].sum()
+    assert bound < 4 / 6
     row = evaluate(trace, cached, 1.5, replicas=2, budget=2, **{**FAST,
                    "min_requests": 300})
-    assert 0.6 < row["prefix_hit_rate"] <= bound
+    assert 0.6 < row["prefix_hit_rate"] <= 4 / 6
     assert math.isnan(evaluate(trace, plain, 1.5, replicas=2, budget=2,
                                **{**FAST, "min_requests": 300})["prefix_hit_rate"])
