@@ -3,6 +3,8 @@ the stationary block bootstrap of a trace (servingcap.traffic.block_bootstrap), 
 by the planner (one fresh sample per replication, as many as the budget) and what the
 plan report says about it."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -159,6 +161,10 @@ def test_the_plan_report_states_the_method_and_the_true_count(capsys, tmp_path):
     # the header gives the schedule and what really ran (3 at every point: 300 rows no
     # longer cap a trace at one replication)
     assert "Statistics: 3 independent replications per point; 3 ran at each of the" in out
+    points, total = map(int, re.search(r"3 ran at each of the (\d+) points, (\d+) in all",
+                                       out).groups())
+    assert total == 3 * points
+    assert f"({total} replications in {points} points;" in out
     assert "consecutive blocks" not in out
 
 

@@ -1506,10 +1506,11 @@ class Plan:
 
     @property
     def simulations(self) -> int:
-        """Replications simulated for the plan."""
-        return int(self.fleet.evaluations["replications"].sum()
-                   + self.capacity.evaluations["replications"].sum()
-                   - self.at_size["replications"])
+        """Replications simulated for the plan (the plan-rate point at the answer size,
+        shared by the fleet and capacity searches, counted once)."""
+        cap = self.capacity.evaluations
+        again = cap.loc[cap["rate_rps"] != self.rate, "replications"]
+        return int(self.fleet.evaluations["replications"].sum() + again.sum())
 
 
 def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
@@ -1537,7 +1538,9 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
     reported as open, never counted as a miss.
 
     Parameters as in :func:`smallest_fleet` and :func:`capacity_search`; ``requests`` a
-    request table or a :class:`PoissonWorkload`.
+    request table (each replication a block bootstrap of it, as many as ``budget``: see
+    :func:`evaluate`), a :class:`Replay` of one (its consecutive blocks as recorded) or
+    a :class:`PoissonWorkload`.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)
