@@ -201,8 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "rescaled to --rate keeping the burst shape; token counts from the "
                         "trace (0 becomes 1); replication i is a block bootstrap of the "
                         "trace from its own seed (contiguous segments of about 60 s of the "
-                        "trace, gaps kept; as many replications as --budget, whatever the "
-                        "trace's length); a trace's hash_ids (Mooncake's prompt block ids) feed "
+                        "trace, gaps kept; as many replications as the budget asks, "
+                        "whatever the trace's length); a trace's hash_ids (Mooncake's prompt block ids) feed "
                         "each replica's prefix cache (see --prefix-cache-tokens)")
     g = p.add_argument_group("replica cost model")
     g.add_argument("--prefill-rate", type=str, metavar="TOKENS_PER_S", default=S,
