@@ -147,7 +147,7 @@ def test_trace_replay_runs_and_says_what_it_replays():
                "--max-batch", "16", "--budget", "2", "--no-progress")
     assert done.returncode == 0, done.stderr
     assert "trace azure_code: 3000 of " in done.stdout
-    assert "consecutive blocks" in done.stdout
+    assert "resampled by a block bootstrap of the trace" in done.stdout
     assert parse(done.stdout)["fleet"][0] >= 1
     frame, _ = _trace_requests("mooncake", None)
     assert "hash_ids" in frame.columns          # kept for the prefix cache

@@ -244,6 +244,8 @@ ENTRIES = [
     E("traffic.mean_rate", traffic.mean_rate, arrival_s=ARRIVALS),
     E("traffic.rescale_to_rate", traffic.rescale_to_rate, trace=REQUESTS, target_rate=5.0),
     E("traffic.poisson_like", traffic.poisson_like, trace=REQUESTS, seed=1),
+    E("traffic.block_bootstrap", traffic.block_bootstrap, trace=REQUESTS, n=50, seed=1,
+      segment_s=5.0),
     E("traffic.agent_request_rate", traffic.agent_request_rate, task_rate=2.0, calls_per_task=6.0,
       retry_multiplier=1.15),
     E("traffic.retry_multiplier", traffic.retry_multiplier, failure_prob=0.1, max_retries=2),
@@ -717,6 +719,7 @@ ENTRIES = [
     E("planning.PoissonWorkload", planning.PoissonWorkload, prompt=500, output=50),
     E("planning.PoissonWorkload.sample", lambda rate, n: WORKLOAD.sample(
         rate, n, np.random.SeedSequence(0)), rate=2.0, n=10),
+    E("planning.Replay", planning.Replay, requests=REQUESTS),
     E("planning.hold_time", planning.hold_time, requests=REQUESTS, replica=REPLICA),
     E("planning.fluid_rate", planning.fluid_rate, requests=REQUESTS, replica=REPLICA,
       replicas=2),

@@ -158,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Each replication simulates --holds hold times of traffic at the rate (at least\n"
             "2,000 requests), its warm-up cut by MSER-5; replication i replays the same\n"
             "traffic at every size and rate (common random numbers), so the answer does not\n"
-            "depend on a request count. Rejected or unfinished requests count as misses.\n"
+            "depend on a request count (a --trace is resampled by a block bootstrap, one\n"
+            "fresh sample per replication, so --budget works on traces too). Rejected or\n"
+            "unfinished requests count as misses.\n"
             "Limits no fleet can meet (a prompt whose prefill alone exceeds the TTFT limit)\n"
             "are refused before simulating."),
         epilog=(
@@ -220,8 +222,10 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                    help="replay a trace instead: azure_conv, azure_code, mooncake, or a "
                         ".csv (Azure columns) / .jsonl (Mooncake fields) file; arrivals are "
                         "rescaled to --rate keeping the burst shape; token counts from the "
-                        "trace (0 becomes 1); replication i replays the i-th block of the "
-                        "trace; a trace's hash_ids (Mooncake's prompt block ids) feed "
+                        "trace (0 becomes 1); replication i is a block bootstrap of the "
+                        "trace from its own seed (contiguous segments of about 60 s of the "
+                        "trace, gaps kept; as many replications as the budget asks, "
+                        "whatever the trace's length); a trace's hash_ids (Mooncake's prompt block ids) feed "
                         "each replica's prefix cache (see --prefix-cache-tokens)")
     g = p.add_argument_group("replica cost model")
     g.add_argument("--prefill-rate", type=str, metavar="TOKENS_PER_S", default=S,
@@ -972,7 +976,7 @@ def _feasible(s: Settings) -> None:
 
 
 def _trace_requests(name, n: int | None):
-    from .traffic import TRACES, load_trace
+    from .traffic import BOOTSTRAP_SEGMENT_S, TRACES, load_trace, mean_rate
 
     if not isinstance(name, str) or not name:
         raise _bad("trace", name, "must be a trace name or a file path")
@@ -993,8 +997,12 @@ def _trace_requests(name, n: int | None):
     frame["output_tokens"] = frame["output_tokens"].clip(lower=1)
     notes = [f"{zeros} zero lengths set to 1"] if zeros else []
     note = "".join(f"; {x}" for x in notes)
-    text = (f"trace {name}: {len(frame)} of {total} requests, replayed in consecutive blocks "
-            f"(one per replication) rescaled to the rate{note}; mean prompt "
+    segment = max(1.0, BOOTSTRAP_SEGMENT_S * mean_rate(frame))
+    text = (f"trace {name}: {len(frame)} of {total} requests, resampled by a block "
+            f"bootstrap of the trace (stationary bootstrap, Politis & Romano 1994: each "
+            f"replication draws contiguous segments of {segment:.0f} requests on average, "
+            f"{BOOTSTRAP_SEGMENT_S:g} s of the trace, gaps kept inside them) and rescaled "
+            f"to the rate{note}; mean prompt "
             f"{frame['prompt_tokens'].mean():.0f} tokens, mean output "
             f"{frame['output_tokens'].mean():.0f} tokens")
     keep = ["arrival_s", "prompt_tokens", "output_tokens"]
@@ -1040,13 +1048,34 @@ def _ms_or_na(seconds: float) -> str:
 
 
 def _reps(budget: int) -> str:
+    """The replication schedule of a point: ``"up to 16 independent replications per
+    point (looks at 10, 16)"``."""
     from .stats import FIRST_STAGE, look_schedule
 
     first = min(FIRST_STAGE, budget)
     if first == budget:
-        return f"{first}"
+        return f"{first} independent replication{'s' if first > 1 else ''} per point"
     looks = look_schedule(first, budget) if first >= 2 else [budget]
-    return f"{first} to {budget} (looks at {', '.join(map(str, looks))})"
+    return (f"up to {budget} independent replications per point (looks at "
+            f"{', '.join(map(str, looks))})")
+
+
+def _counts(result) -> list[int]:
+    """Replications run at each simulated point of a plan (the plan-rate point at the
+    answer size, shared by the fleet and capacity searches, counted once)."""
+    cap = result.capacity.evaluations
+    again = cap.loc[cap["rate_rps"] != result.rate, "replications"]
+    return [int(c) for c in (*result.fleet.evaluations["replications"], *again)]
+
+
+def _ran(result) -> str:
+    """How many replications the plan's points really ran: ``"10 to 16 ran per point,
+    146 in 11 points"``, or ``"10 ran at each of the 3 points, 30 in all"``."""
+    counts = _counts(result)
+    total, points = sum(counts), len(counts)
+    if min(counts) == max(counts):
+        return f"{counts[0]} ran at each of the {points} points, {total} in all"
+    return f"{min(counts)} to {max(counts)} ran per point, {total} in {points} points"
 
 
 def _sizes(sizes) -> str:
@@ -1084,7 +1113,8 @@ def _steps_text(r) -> str:
 def _shared_hit_rate(s: Settings) -> float:
     """Fraction of the trace's prompt tokens one unbounded fleet-wide prefix cache serves
     over the whole trace in arrival order (warm from every earlier request): a reference
-    for the simulated share, which counts each replication's block from cold caches."""
+    for the simulated share, which counts each replication's bootstrap sample from cold
+    caches."""
     from .planning import slo_floor
 
     prompts = s.requests["prompt_tokens"].to_numpy(dtype=float)
@@ -1113,8 +1143,8 @@ def render(s: Settings, result) -> str:
         *([f"Memory: {s.memory}"] if s.memory else []),
         *([f"Prefix cache: {s.prefix}"] if s.prefix else []),
         f"SLO: TTFT <= {_ms(ttft)} and TPOT <= {_ms(tpot)} for >= {s.target:.1%} of requests",
-        f"Statistics: each point is {_reps(s.budget)} independent replications (same traffic "
-        f"at every size and rate) of {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
+        f"Statistics: {_reps(s.budget)}; {_ran(result)}; the same traffic at every size "
+        f"and rate; each replication {s.holds:g} hold times ({s.holds * result.hold_s:.0f} s at "
         f"{s.rate:g} req/s) or 2,000 requests, warm-up cut by MSER-5; repeated one-sided "
         "t-intervals across replications decide meets/misses at each look, each verdict "
         f"wrong with probability <= {1 - s.confidence:.0%} when the attainment is outside "
@@ -1163,16 +1193,17 @@ def render(s: Settings, result) -> str:
                         + ", ".join(PREFIX_AWARE) + ") sends a prompt where its blocks are")
                      + ")")
     if fleet.open:
-        lines.append(f"   open (not decided within {s.budget} replications; not counted as "
-                     f"misses, a larger --budget may decide them): {_sizes(fleet.open)}")
+        ran = int(rows.loc[rows["verdict"] == "open", "replications"].max())
+        more = (", a larger --budget may decide them" if ran >= s.budget else "")
+        lines.append(f"   open (not decided within {ran} replications; not counted as "
+                     f"misses{more}): {_sizes(fleet.open)}")
     unstable = rows.loc[rows["verdict"] == "unstable", "replicas"].tolist()
     if unstable:
         lines.append("   unstable (no steady state: latency or misses keep rising along the "
                      f"run): {_sizes(unstable)}")
     cap = result.capacity
     row = cap.at_rate
-    total = int(rows["replications"].sum() + cap.evaluations["replications"].sum()
-                - result.at_size["replications"])
+    total = sum(_counts(result))
     upper = cap.upper
     shown = _verdict_at(cap, upper)
     lines += [
@@ -1193,7 +1224,7 @@ def render(s: Settings, result) -> str:
         lines.append("   open between them (not decided within --budget; not misses): "
                      + ", ".join(f"{r:.4g}" for r in cap.open) + " req/s")
     lines += [
-        f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
+        f"   ({total} replications in {len(_counts(result))} points; run = "
         "simulated seconds per replication after warm-up; goodput = requests finishing "
         "within the SLO per second of that window)",
     ]

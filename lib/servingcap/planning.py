@@ -37,16 +37,22 @@ How a point is simulated (the *design*):
   percentage point); a point still undecided at ``budget`` is ``open``. (Batur & Kim's
   fully sequential check, :func:`servingcap.stats.feasibility`, stays open far from
   the target when the replications vary a lot, as they do past a knee.) A single
-  replication (a short trace) is decided on 10 batch means of its misses instead. The
-  attainment interval printed is a Student-t interval across replications (the
-  requests of one run are correlated); the p99 interval is sectioning around the pooled
-  p99 (:func:`servingcap.stats.replicated_quantile_ci`).
+  replication (``budget=1``, or a :class:`Replay` of a short table) is decided on 10
+  batch means of its misses instead. The attainment interval printed is a Student-t
+  interval across replications (the requests of one run are correlated); the p99
+  interval is sectioning around the pooled p99
+  (:func:`servingcap.stats.replicated_quantile_ci`).
 - **Common random numbers.** Replication *i* uses the same seed (requests, random
   router) at every fleet size and rate, so sizes and rates are compared on the same
   traffic. A :class:`PoissonWorkload` draws fresh requests per replication; a fixed
-  request table (a trace) gives replication *i* its *i*-th consecutive block, rescaled
-  to the rate with its burst shape kept (one replication, the whole table, when the
-  table is shorter than one block).
+  request table (a trace) gives replication *i* a block bootstrap of it drawn from its
+  seed (:func:`servingcap.traffic.block_bootstrap`: Politis & Romano's stationary
+  bootstrap, contiguous segments of about a minute of the trace with their gaps, so
+  bursts and the length mix are kept), rescaled to the rate. The number of
+  replications is set by ``budget`` alone, never by the trace's length (a trace
+  shorter than a replication is drawn from again: its segments repeat). Wrapped in
+  :class:`Replay`, a table is replayed as recorded instead: replication *i* is its
+  *i*-th consecutive block, so its length caps the replications.
 - **Executors.** The replications of a point run on ``executor`` (see
   :mod:`servingcap.parallel`): the local process pool by default, ``None`` for this
   process, any ``concurrent.futures.Executor`` or a Dask ``distributed.Client``. The
@@ -69,10 +75,10 @@ from .fleet import FleetSizing, size_fleet
 from .params import LOCKED
 from .routers import DEFAULT_ROUTER
 from .serving import Replica, StepDetail, check_fleet, simulate
-from .traffic import mean_rate, rescale_to_rate
+from .traffic import BOOTSTRAP_SEGMENT_S, block_bootstrap, mean_rate, rescale_to_rate
 
 __all__ = [
-    "Lengths", "PoissonWorkload", "CapacityResult", "capacity_search", "evaluate",
+    "Lengths", "PoissonWorkload", "Replay", "CapacityResult", "capacity_search", "evaluate",
     "fluid_rate", "hold_time", "slo_floor", "infeasible", "goodput_curve", "CurveKnee", "curve_knee",
     "FleetResult", "smallest_fleet", "Plan", "plan", "CURVE_COLUMNS", "VERDICTS",
     "MAX_REQUESTS_PER_RUN", "FLUID_GUESS_BETA",
@@ -249,7 +255,55 @@ class PoissonWorkload:
 
 
 class _Trace:
-    """A fixed request table; replication i is its i-th block of n rows, rescaled."""
+    """A fixed request table; replication i is a block bootstrap of it, rescaled.
+
+    Each replication draws ``n`` rows with :func:`servingcap.traffic.block_bootstrap`
+    (Politis & Romano's stationary bootstrap: contiguous segments of about
+    :data:`~servingcap.traffic.BOOTSTRAP_SEGMENT_S` seconds of the trace, gaps kept
+    inside them) from its own seed, then :func:`servingcap.traffic.rescale_to_rate`
+    sets the rate. The same seed gives the same rows at every fleet size, and a longer
+    run at a higher rate extends a shorter one (common random numbers). The number of
+    replications is limited by the budget alone, not by the trace's length."""
+
+    def __init__(self, frame: pd.DataFrame):
+        order = np.argsort(frame["arrival_s"].to_numpy(dtype=float), kind="stable")
+        self.frame = frame.iloc[order]      # in time order: segments are time-contiguous
+
+    @property
+    def segment_rows(self) -> float:
+        """Mean segment length of the bootstrap (rows of the trace)."""
+        return max(1.0, BOOTSTRAP_SEGMENT_S * mean_rate(self.frame))
+
+    def sample(self, rate: float, n: int, seed: np.random.SeedSequence) -> pd.DataFrame:
+        rng = np.random.default_rng(np.random.SeedSequence(
+            seed.entropy, spawn_key=(*seed.spawn_key, 4)))
+        block = block_bootstrap(self.frame, n, rng)
+        if n < 2 or not block["arrival_s"].iloc[-1] > 0:
+            return block        # no gap to rescale (all drawn gaps zero): as drawn
+        return rescale_to_rate(block, rate)
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """A request table replayed as recorded rather than resampled (opt-in).
+
+    Replication *i* is the table's *i*-th consecutive block of ``n`` rows (``n`` from
+    ``holds`` and ``min_requests``), rescaled to the rate; the whole table, as one
+    replication, when it is shorter than one block. So a table holds at most
+    ``len(table) // n`` replications whatever the budget, and a short one is decided on
+    batch means within its single run. Use it to ask about one stretch of traffic
+    exactly (a recorded bad hour, a slice); for a capacity answer pass the table itself,
+    whose replications are block bootstraps (:func:`servingcap.traffic.block_bootstrap`)
+    limited by the budget alone. ``requests``: a table as :func:`evaluate` takes."""
+
+    requests: pd.DataFrame
+
+    def __post_init__(self):
+        _workload(self.requests)
+
+
+class _Replay:
+    """Replication i is the i-th block of n rows of a table, rescaled (see Replay)."""
 
     def __init__(self, frame: pd.DataFrame):
         self.frame = frame
@@ -258,19 +312,19 @@ class _Trace:
         return max(1, len(self.frame) // n)
 
     def sample(self, rate: float, n: int, index: int) -> pd.DataFrame:
-        if len(self.frame) < n:
-            block = self.frame
-        else:
-            block = self.frame.iloc[index * n:(index + 1) * n]
+        block = self.frame.iloc[index * n:(index + 1) * n]
         block = rescale_to_rate(block, rate)
         return block.assign(arrival_s=block["arrival_s"] - block["arrival_s"].iloc[0])
 
 
 def _source(requests):
-    """(source, reference table for means) from a request table or a PoissonWorkload."""
+    """(source, reference table for means) from a request table, a Replay or a
+    PoissonWorkload."""
     if isinstance(requests, PoissonWorkload):
         ref = requests.sample(1.0, _REFERENCE_REQUESTS, np.random.SeedSequence(0))
         return requests, ref
+    if isinstance(requests, Replay):
+        return _Replay(requests.requests), requests.requests
     frame = _workload(requests)
     return _Trace(frame), frame
 
@@ -637,10 +691,7 @@ class _ReplicaSpec:
 def _run_one(task) -> dict:
     """One replication (module level, so process pools and Dask can run it)."""
     source, spec, rate, n, index, seed, replicas, router, policy, limits = task
-    if isinstance(source, PoissonWorkload):
-        frame = source.sample(rate, n, seed)
-    else:
-        frame = source.sample(rate, n, index)
+    frame = source.sample(rate, n, index if isinstance(source, _Replay) else seed)
     router_seed = int(np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, 3))
                       .generate_state(1)[0])
     replica = spec.build() if isinstance(spec, _ReplicaSpec) else spec
@@ -754,7 +805,7 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
     if len(runs) >= 2 or short:
         units = table["attainment"].to_numpy(dtype=float)
     else:
-        # one replication (a short trace): its misses in 10 consecutive batches are the
+        # one replication (budget=1, or a short Replay): its misses in 10 consecutive batches are the
         # units (batch means), all in at once, so the first stage is all of them
         ok = runs[0]["ok"][kept[0]:].astype(float)
         size = ok.size // 10
@@ -801,17 +852,17 @@ def _run_length(s: _Setup, rate: float) -> int:
 
 def _point(s: _Setup, rate: float, replicas: int) -> dict:
     """Evaluate (rate, replicas): replications until the sequential check decides, the
-    runs are unstable, or the budget (or a trace's blocks) runs out (then ``open``).
+    runs are unstable, or the budget runs out (then ``open``).
 
     The looks of :func:`servingcap.stats.sequential_check` are fixed before the first
-    replication: ``min(10, available)``, then doubling, then ``available`` (the budget,
-    or a trace's blocks); each look's replications run at once (in parallel)."""
+    replication: ``min(10, budget)``, then doubling, then ``budget`` (for a trace too:
+    its replications are block bootstraps, as many as asked); each look's replications
+    run at once (in parallel)."""
     n = _run_length(s, rate)
     design = s.design
     available = design.budget
-    if isinstance(s.source, _Trace):
-        blocks = s.source.blocks(n)
-        available = min(available, blocks)
+    if isinstance(s.source, _Replay):       # as recorded: the table's blocks at most
+        available = min(available, s.source.blocks(n))
         n = min(n, len(s.source.frame))
     seeds = stats.replication_seeds(design.seed, design.budget)
     spec = _ReplicaSpec(s.replica)
@@ -839,7 +890,13 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     ----------
     requests : pandas.DataFrame or PoissonWorkload
         A request table (``arrival_s`` (s), ``prompt_tokens``, ``output_tokens``; at least
-        two rows), rescaled to ``rate`` block by block, or a workload to draw from.
+        two rows, sorted by arrival), or a workload to draw from. Replication *i* of a
+        table is its block bootstrap (:func:`servingcap.traffic.block_bootstrap`, from
+        the replication's seed: contiguous segments of about a minute of the table, gaps
+        kept, any other column such as ``hash_ids`` carried), rescaled to ``rate``; a
+        table shorter than one replication is drawn from again. A :class:`Replay` of a
+        table replays its consecutive blocks as recorded instead (at most
+        ``len // n`` replications).
     replica : Replica
         The replica model (its cost model and scheduling mode).
     replicas, router, policy
@@ -873,7 +930,7 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
     dict
         The :data:`CURVE_COLUMNS`: estimates with interval ends, replications, run
         length after warm-up, and the verdict. With one replication (``budget=1``, or a
-        trace holding one block) there is no goodput interval: ``goodput_low`` and
+        :class:`Replay` holding one block) there is no goodput interval: ``goodput_low`` and
         ``goodput_high`` are NaN (a second independent replication is what is missing);
         the attainment interval comes from batch means within the run, or is its whole
         range [0, 1] (verdict ``"undecided"``) when the run is too short for them.
@@ -1449,10 +1506,11 @@ class Plan:
 
     @property
     def simulations(self) -> int:
-        """Replications simulated for the plan."""
-        return int(self.fleet.evaluations["replications"].sum()
-                   + self.capacity.evaluations["replications"].sum()
-                   - self.at_size["replications"])
+        """Replications simulated for the plan (the plan-rate point at the answer size,
+        shared by the fleet and capacity searches, counted once)."""
+        cap = self.capacity.evaluations
+        again = cap.loc[cap["rate_rps"] != self.rate, "replications"]
+        return int(self.fleet.evaluations["replications"].sum() + again.sum())
 
 
 def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTER,
@@ -1480,7 +1538,9 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
     reported as open, never counted as a miss.
 
     Parameters as in :func:`smallest_fleet` and :func:`capacity_search`; ``requests`` a
-    request table or a :class:`PoissonWorkload`.
+    request table (each replication a block bootstrap of it, as many as ``budget``: see
+    :func:`evaluate`), a :class:`Replay` of one (its consecutive blocks as recorded) or
+    a :class:`PoissonWorkload`.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
     s = _setup(requests, replica, router, policy, limits, target, design)

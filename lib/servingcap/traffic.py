@@ -23,6 +23,8 @@ The rest of the module is offered-load arithmetic:
   :func:`peak_to_mean`, :func:`window_utilization`, :func:`mean_rate`;
 - reshaping a trace: :func:`rescale_to_rate` (same burst shape at another mean rate)
   and :func:`poisson_like` (same requests, Poisson timing at the same mean rate);
+- resampling a trace: :func:`block_bootstrap` (any number of requests in contiguous
+  segments of the trace, Politis & Romano's stationary bootstrap);
 - agent call amplification: :func:`agent_request_rate` (user tasks/s to inference
   requests/s) and :func:`retry_multiplier` (requests per call under retries).
 """
@@ -42,7 +44,7 @@ __all__ = [
     "TRACES", "data_dir", "load_trace",
     "burst_backlog", "drain_time", "balancing_rate", "fluid_backlog", "piecewise_poisson",
     "window_counts", "index_of_dispersion", "peak_to_mean", "window_utilization",
-    "mean_rate", "rescale_to_rate", "poisson_like",
+    "mean_rate", "rescale_to_rate", "poisson_like", "block_bootstrap", "BOOTSTRAP_SEGMENT_S",
     "agent_request_rate", "retry_multiplier",
 ]
 
@@ -532,3 +534,108 @@ def retry_multiplier(failure_prob: float, max_retries: int | None = None) -> flo
         return 1.0 / (1.0 - p)
     r = _check.whole("max_retries", max_retries, minimum=0)
     return (1.0 - p ** (r + 1)) / (1.0 - p)
+
+
+BOOTSTRAP_SEGMENT_S = 60.0
+"""Mean segment of :func:`block_bootstrap`, in seconds of the trace (not of the
+simulation): long enough to keep a burst whole. The book's traces keep getting burstier
+as the window grows to a minute (index of dispersion of azure_conv 1.4 in 1 s windows,
+16 in 60 s ones; azure_code 13 and 167), so a minute of consecutive requests holds the
+bursts that build queues; a minute is about 330 azure_conv requests (5.5 req/s), 150
+azure_code and 200 Mooncake ones, and a replication of a plan holds several segments."""
+
+_MAX_SEGMENT_ROWS = 1e12    # longer mean segments are one segment of any sample anyway
+_SEGMENTS_PER_DRAW = 64     # segments drawn per batch (fixed, so a longer sample extends
+                            # a shorter one: the first rows do not depend on ``n``)
+
+
+def _bootstrap_rows(rows: int, n: int, mean_length: float, rng: np.random.Generator
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(trace positions, segment-start flags, junction gap picks) of ``n`` resampled rows.
+
+    Segments start at a uniform position, have a geometric length of mean
+    ``mean_length`` rows and wrap around the end of the trace (Politis & Romano's
+    circular version). Every segment's draws come in fixed batches, so the first ``m``
+    rows are the same for every ``n >= m``."""
+    p = 1.0 / min(max(1.0, mean_length), _MAX_SEGMENT_ROWS)
+    positions, starts, picks = [], [], []
+    total = 0
+    while total < n:
+        first = rng.integers(0, rows, _SEGMENTS_PER_DRAW)
+        length = rng.geometric(p, _SEGMENTS_PER_DRAW)
+        pick = rng.integers(0, rows - 1, _SEGMENTS_PER_DRAW)
+        for a, m, g in zip(first.tolist(), length.tolist(), pick.tolist(), strict=True):
+            m = min(m, n - total)
+            positions.append((a + np.arange(m)) % rows)
+            flag = np.zeros(m, dtype=bool)
+            flag[0] = True
+            starts.append(flag)
+            picks.append(np.full(m, g))
+            total += m
+            if total >= n:
+                break
+    return np.concatenate(positions), np.concatenate(starts), np.concatenate(picks)
+
+
+def block_bootstrap(trace: pd.DataFrame, n: int, seed,
+                    segment_s: float = BOOTSTRAP_SEGMENT_S) -> pd.DataFrame:
+    """``n`` requests resampled from ``trace`` in contiguous segments (stationary bootstrap).
+
+    The stationary bootstrap of Politis & Romano (1994, "The stationary bootstrap",
+    JASA 89:1303-1313), applied to the trace's rows with their inter-arrival gaps:
+    segments of consecutive rows start at uniformly drawn rows, have geometric lengths
+    with a mean of ``segment_s`` seconds of the trace (``segment_s x mean_rate(trace)``
+    rows, at least 1; default :data:`BOOTSTRAP_SEGMENT_S`, 60 s) and wrap around the end
+    of the trace; they are laid end to end until there are ``n`` rows. Inside a segment
+    every row keeps the gap before it in the trace, so bursts shorter than a segment
+    keep their shape; the gap before a segment (and at the wrap from the last row to the
+    first) is one of the trace's gaps drawn at random. Token counts and every other
+    column come from the rows drawn, so the length mix is the trace's.
+
+    Why this one: the resampled stream is stationary (random segment lengths put the
+    junctions at no fixed request index, so a replication's warm-up cut and attainment
+    do not depend on where they fall), whereas Kuensch's (1989) moving blocks of fixed
+    length join at the same positions in every sample; and it works for any ``n``: a
+    trace shorter than ``n`` rows is simply drawn from again (segments repeat), so the
+    number of independent samples is not limited by the trace's length.
+
+    Rows drawn twice: a ``hash_ids`` column (prompt block ids, :func:`load_trace`'s
+    Mooncake field) is relabelled on the second and later copies of a trace row in one
+    sample (block ``b`` becomes ``"b~k"`` on copy ``k``), so a repeated request is a new
+    conversation of the same shape rather than a prefix-cache hit on its own copy;
+    first copies keep the trace's ids (and their sharing).
+
+    ``trace``: a DataFrame with ``arrival_s`` (s) and at least two rows spread over
+    time; ``n``: rows wanted (>= 1); ``seed``: an int, a ``SeedSequence`` or a numpy
+    ``Generator`` (the same seed gives the same sample, and a larger ``n`` extends a
+    smaller one). Returns a new DataFrame with the trace's columns, a fresh index and
+    ``arrival_s`` starting at 0 on the trace's own time scale (use
+    :func:`rescale_to_rate` for another rate).
+    """
+    if not isinstance(trace, pd.DataFrame):
+        raise ValueError(f"trace must be a DataFrame with an 'arrival_s' column, "
+                         f"got {type(trace).__name__}")
+    _trace_tokens(trace, "trace")
+    a = _arrivals(trace, minimum=2, name="trace")
+    count = _check.size("n", n)
+    length_s = _check.positive("segment_s", segment_s)
+    rng = _check.generator("seed", seed)
+    gaps = np.diff(a)
+    if not (gaps >= 0).all():
+        raise ValueError("trace must be sorted by arrival_s (gaps >= 0), got a negative gap")
+    rate = mean_rate(a)
+    positions, starts, picks = _bootstrap_rows(a.size, count, length_s * rate, rng)
+    own = np.concatenate([[0.0], gaps])[positions]       # the gap before each row
+    junction = starts | (positions == 0)
+    step = np.where(junction, gaps[picks], own)
+    step[0] = 0.0
+    out = trace.iloc[positions].reset_index(drop=True)
+    out["arrival_s"] = np.cumsum(step)
+    if "hash_ids" in out.columns:
+        copy = pd.Series(positions).groupby(positions).cumcount().to_numpy()
+        if (copy > 0).any():
+            ids = out["hash_ids"].tolist()
+            for k in np.flatnonzero(copy).tolist():
+                ids[k] = [f"{b}~{copy[k]}" for b in ids[k]]
+            out["hash_ids"] = ids
+    return out
