@@ -1241,7 +1241,8 @@ def interrupted_text(s: Settings, rows: list[dict], signal_name: str = "SIGINT")
                             if r["verdict"] == "open" and start <= r["replicas"] < k)
             span = f"{start}" if start == k - 1 else f"{start} to {k - 1}"
             lines.append(f"   not decided: {span} replicas"
-                         + (f" ({_sizes(opened)} open)" if opened else " (not simulated)"))
+                         + (f" (open: {', '.join(map(str, opened))})" if opened
+                            else " (not simulated)"))
     if probes:
         lines.append("   the fleet search had finished: "
                      + ("" if k is None else f"{_replicas(k)}, ")
