@@ -243,6 +243,13 @@ def test_interrupted_text_states_the_best_answer_so_far():
     assert "smallest size shown to meet so far: 16 replicas (attainment 99.80%" in text
     assert "largest size shown not to meet: 14 misses (95.00%)" in text
     assert "not decided: 15 replicas (open: 15)" in text
+    gap = interrupted_text(s, _rows((16, 0.998, "meets"), (13, 0.95, "misses"),
+                                    (14, 0.985, "open")))
+    assert "not decided: 14 to 15 replicas (open: 14; 1 not simulated)" in gap
+    decided = interrupted_text(s, _rows((15, 0.998, "meets"), (14, 0.95, "misses")))
+    assert "15 replicas is the fleet's answer: 14 shown not to meet" in decided
+    floor = interrupted_text(s, _rows((4, 0.998, "meets")))    # fluid bound: 4 replicas
+    assert "4 replicas is the fleet's answer: fewer are under the fluid bound" in floor
     none = interrupted_text(s, _rows((15, 0.9, "misses")))
     assert "no size shown to meet yet" in none and "smallest" not in none
     assert "nothing shown" in interrupted_text(s, [])

@@ -1209,8 +1209,8 @@ def interrupted_text(s: Settings, rows: list[dict], signal_name: str = "SIGINT")
     fleet = [r for r in rows if "replicas" in r]
     probes = [r for r in rows if "replicas" not in r]
     lines = [f"Interrupted ({signal_name}) after {len(rows)} simulated "
-             f"point{'' if len(rows) == 1 else 's'} of the plan for {s.rate:g} req/s; "
-             "no answer was decided, this is what they showed:"]
+             f"point{'' if len(rows) == 1 else 's'} of the plan for {s.rate:g} req/s "
+             "(the search did not finish); what they showed:"]
     if not fleet:
         lines.append("   no fleet size simulated yet: nothing shown to meet or to miss")
         return "\n".join(lines)
@@ -1230,19 +1230,26 @@ def interrupted_text(s: Settings, rows: list[dict], signal_name: str = "SIGINT")
         worst = max(below, key=lambda r: r["replicas"])
         lines.append(f"   largest size shown not to meet: "
                      f"{_point_text(int(worst['replicas']), worst)}")
-    low = int(max(r["replicas"] for r in below)) if below else None
+    from .planning import fluid_rate
+
+    floor = math.floor(s.rate / fluid_rate(s.requests, s.replica)) + 1   # fluid bound
+    low = int(max(r["replicas"] for r in below)) if below else floor - 1
     if k is not None and not probes:
-        start = (low + 1) if low is not None else None
-        if start is None:
-            lines.append(f"   not decided: whether fewer than {_replicas(k)} meet (none "
-                         "below was shown to miss)")
-        elif start < k:
+        start = low + 1
+        if start >= k:
+            lines.append(f"   {_replicas(k)} is the fleet's answer: "
+                         + (f"{k - 1} shown not to meet" if below and low == k - 1 else
+                            "fewer are under the fluid bound (overloaded)" if k > 1 else
+                            "one replica is the least"))
+        else:
             opened = sorted(int(r["replicas"]) for r in fleet
                             if r["verdict"] == "open" and start <= r["replicas"] < k)
             span = f"{start}" if start == k - 1 else f"{start} to {k - 1}"
-            lines.append(f"   not decided: {span} replicas"
-                         + (f" (open: {', '.join(map(str, opened))})" if opened
-                            else " (not simulated)"))
+            rest = (k - start) - len(opened)
+            lines.append(f"   not decided: {span} replicas ("
+                         + "; ".join(([f"open: {', '.join(map(str, opened))}"] if opened
+                                      else [])
+                                     + ([f"{rest} not simulated"] if rest else [])) + ")")
     if probes:
         lines.append("   the fleet search had finished: "
                      + ("" if k is None else f"{_replicas(k)}, ")
