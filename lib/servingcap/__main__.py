@@ -1067,6 +1067,7 @@ def render(s: Settings, result) -> str:
     else:
         lines.append(f"   {fleet.replicas - 1:>8}  below the fluid bound: overloaded, not "
                      "simulated")
+    lines += _backlog_note(f"at {_replicas(fleet.replicas)}", result.at_size)
     others = rows.loc[~rows["replicas"].isin([fleet.replicas, fleet.replicas - 1])]
     if len(others):
         lines.append("   also simulated: " + ", ".join(
@@ -1111,6 +1112,7 @@ def render(s: Settings, result) -> str:
          f"   at {upper:.4g} req/s (shown to {'miss' if shown == 'misses' else 'be unstable'})"
          f": attainment {_attainment(_row_at(cap, upper))}"),
     ]
+    lines += _backlog_note(f"at {cap.rate:.4g} req/s", row)
     if cap.open:
         lines.append("   open between them (not decided within --budget; not misses): "
                      + ", ".join(f"{r:.4g}" for r in cap.open) + " req/s")
@@ -1118,7 +1120,8 @@ def render(s: Settings, result) -> str:
         f"   ({total} replications in {len(rows) + len(cap.evaluations) - 1} points; run = "
         "simulated seconds per replication after warm-up; goodput = requests finishing "
         "within the SLO per second of that window, counted from one p99 end-to-end "
-        "latency after its start, so it estimates attainment x rate)",
+        "latency after its start: attainment x the arrivals' rate in steady state; the "
+        "replications' arrivals run at the rate only on average)",
         "",
         f"4. Latency percentiles on {_replicas(fleet.replicas)} (requests after warm-up, "
         "all replications pooled; a rejected or unfinished request counts as inf; "
@@ -1130,6 +1133,18 @@ def render(s: Settings, result) -> str:
     if cap.rate != s.rate:
         lines += _percentile_lines(cap.rate, row)
     return "\n".join(lines)
+
+
+def _backlog_note(where: str, row) -> list[str]:
+    """A line saying why goodput is below attainment x rate, when the requests in the
+    system grew materially over the counting window (``backlog_rps`` > 0.5 % of the
+    rate): departures are arrivals minus that growth."""
+    growth = row.get("backlog_rps", math.nan) if hasattr(row, "get") else math.nan
+    if not growth > 0.005 * row["rate_rps"]:
+        return []
+    return [f"   goodput {where} is below attainment x rate by about {growth:.3g} req/s: "
+            "requests in the system grew that fast over the window (more in service at "
+            "its end than at its start), a load near the fleet's limit still filling"]
 
 
 def _point_text(n: int, row) -> str:

@@ -82,7 +82,7 @@ CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps"
                  "goodput_low", "goodput_high", "attainment", "attainment_low",
                  "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
                  "tpot_p99_s", "prefix_hit_rate", "replications", "needed", "run_s",
-                 "requests", "warmup_s", "verdict", "meets",
+                 "requests", "warmup_s", "verdict", "meets", "backlog_rps",
                  "ttft_p50_s", "ttft_p90_s", "ttft_p999_s", "tpot_p50_s", "tpot_p90_s",
                  "tpot_p999_s", "max_gap_p50_s", "max_gap_p90_s", "max_gap_p99_s",
                  "max_gap_p999_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "e2e_p999_s")
@@ -106,6 +106,11 @@ how many the sequential check is sure to decide by (from the first stage's varia
 compare it with ``replications`` for an ``open`` point). ``run_s`` and ``requests`` are
 the simulated seconds and requests per replication *after* warm-up; ``warmup_s`` the seconds deleted;
 ``verdict`` one of :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``.
+``backlog_rps`` is how fast the requests in the system (arrived, not yet finished) grew
+over the window the rates are counted in, per second (mean over replications): the
+departures in a window are its arrivals minus that growth, so ``throughput_rps`` runs
+below the arrival rate by it, and ``goodput_rps`` below attainment x rate, when a
+load near the fleet's limit is still filling (no steady occupancy within the run).
 The latency percentiles ``{metric}_{p50,p90,p99,p999}_s`` (:data:`PERCENTILES`; ``ttft``,
 ``tpot``, ``max_gap``: each request's longest gap between two consecutive tokens, the
 simulator keeps no other inter-token gap, so its percentiles are of a *worst* ITL per
@@ -775,11 +780,15 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
         span = max(end - first, 1e-12)
         out = np.nan_to_num(run["finish"], nan=np.inf)
         inside = (out >= first) & (out <= end) & np.isfinite(run["ttft"])
+        # requests in the system (arrived, not finished) at the ends of that window
+        held = [np.searchsorted(run["arrival"], t, side="right") - int((out <= t).sum())
+                for t in (first, end)]
         ok = run["ok"][cut:]
         per.append({"attainment": float(ok.mean()),
                     "goodput": float((run["ok"] & inside).sum()) / span,
                     "ttft_goodput": float((run["ok_ttft"] & inside).sum()) / span,
                     "throughput": float(inside.sum()) / span,
+                    "backlog": float(held[1] - held[0]) / span,
                     "ttft_p99": _p99(run["ttft"][cut:]),
                     "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
                     "warmup_s": float(start - run["arrival"][0]),
@@ -826,7 +835,8 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
             "needed": int(decision.needed),
             "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
             "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,
-            "meets": verdict == "meets", **_percentiles(runs, kept)}
+            "meets": verdict == "meets", "backlog_rps": float(table["backlog"].mean()),
+            **_percentiles(runs, kept)}
 
 
 def _run_length(s: _Setup, rate: float) -> int:
