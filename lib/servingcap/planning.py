@@ -770,8 +770,8 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
         # departures in the kept arrival window, from one p99 sojourn (at least one hold
         # time) after its start: the batches fill (a run starts empty) and a request
         # leaving then arrived inside the run, so in steady state departures match
-        # arrivals (counting from one hold time alone undercounts by the sojourn past
-        # it: 1 % below attainment x rate at 30 req/s); an overloaded run cannot count
+        # arrivals (from one hold time alone, a run with no warm-up cut undercounts by
+        # the part of the sojourn past a hold time); an overloaded run cannot count
         # more than it served
         e2e = run["e2e"][cut:]
         e2e = e2e[np.isfinite(e2e)]
