@@ -68,3 +68,48 @@ def test_workers_of_a_killed_plan_exit_on_their_own():
     alive = _survivors(workers)
     _kill_group(proc)
     assert not alive, f"workers survived their parent: {[p.pid for p in alive]}"
+
+
+def test_ctrl_c_after_a_point_prints_the_best_answer_so_far():
+    # Issue 23: Ctrl-C printed a 42-line traceback and no partial answer. A fast plan
+    # (about ten 1-second points) is interrupted once the progress bar shows its first
+    # point: stdout says what that point showed, the exit status is 130, no traceback,
+    # and the pool's workers are gone.
+    import select
+
+    env = {**os.environ, "PYTHONPATH": str(LIB)}
+    command = [sys.executable, "-m", "servingcap", "plan", "--rate", "4",
+               "--prompt-tokens", "1000", "--output-tokens", "40", "--decode-step-ms", "20",
+               "--max-batch", "8", "--budget", "8", "--holds", "5", "--workers", "2"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        seen, deadline = b"", time.monotonic() + 120
+        while b"reps)" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                seen += chunk
+        assert b"reps)" in seen, f"no point was reported on stderr: {seen[-500:]!r}"
+        workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                   if "python" in c.name()]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        text = out.decode()
+        assert text.startswith("Interrupted (SIGINT) after ")
+        # the first point is the 1-replica fleet at 4 req/s; its verdict is in the report
+        first = seen.decode(errors="replace").split("1 replica @ 4 req/s: attainment ")[1]
+        verdict = first.split(",")[1].split("(")[0].strip()
+        if verdict == "meets":
+            assert "smallest size shown to meet so far: 1 replica (attainment" in text
+            assert "1 replica is the fleet's answer: one replica is the least" in text
+        else:
+            assert "no size shown to meet yet" in text
+        assert "Traceback" not in text + err.decode()
+        assert "stopped by SIGINT" in err.decode()
+        assert not _survivors(workers)
+    finally:
+        _kill_group(proc)

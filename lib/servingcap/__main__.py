@@ -1013,26 +1013,35 @@ def _trace_requests(name, n: int | None):
 
 
 class _Progress:
-    """A progress bar on stderr, one tick per simulated point (tqdm)."""
+    """A progress bar on stderr, one tick per simulated point (tqdm); it also keeps every
+    point's row (``rows``), so a plan stopped by a signal can say what it saw."""
 
     def __init__(self, enabled: bool):
         self.bar = None
+        self.rows: list[dict] = []
         if enabled:
             from tqdm import tqdm
             self.bar = tqdm(desc="simulating", unit=" point", file=sys.stderr, leave=False,
                             dynamic_ncols=True)
 
     def __call__(self, row: dict) -> None:
+        self.rows.append(dict(row))
         if self.bar is not None:
-            label = f"{row['replicas']} repl" if "replicas" in row else "capacity"
-            self.bar.set_postfix_str(f"{label} @ {row['rate_rps']:.3g} req/s: "
-                                     f"{row['attainment']:.2%} {row['verdict']} "
-                                     f"({row['replications']} reps)", refresh=False)
+            self.bar.set_postfix_str(_progress_text(row), refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _progress_text(row) -> str:
+    """One point for the progress bar: ``15 replicas @ 30 req/s: attainment 97.10%,
+    misses (16 reps)`` (the percentage is the attainment, the word the verdict)."""
+    where = (_replicas(int(row["replicas"])) if "replicas" in row
+             else "capacity probe")
+    return (f"{where} @ {row['rate_rps']:.4g} req/s: attainment {row['attainment']:.2%}, "
+            f"{row['verdict']} ({row['replications']} reps)")
 
 
 def _replicas(n: int) -> str:
@@ -1095,11 +1104,36 @@ def _fleet_row(n: int, row) -> str:
             f"{int(row['replications']):>4}  {row['run_s']:>5.0f} s  {row['verdict']}")
 
 
-def _steps_text(r) -> str:
-    """How one step of this replica is composed, in words."""
+def _prompt_range(workload) -> tuple[float, float]:
+    """(mean, longest) prompt of the workload, tokens (longest inf when unbounded)."""
+    if isinstance(workload, PoissonWorkload):
+        d = workload.prompt
+        top = {"fixed": d.params.get("value"), "uniform": d.params.get("high")}.get(d.kind)
+        return d.mean, math.inf if top is None else math.floor(top + 0.5)
+    prompts = workload["prompt_tokens"]
+    return float(prompts.mean()), float(prompts.max())
+
+
+def _steps_text(r, workload=None) -> str:
+    """How one step of this replica is composed, in words; with the ``workload``, how
+    its prompts are split, and when mixed steps are the same as combined ones."""
     if r.mode == "mixed":
-        return (f"mixed steps of at most {r.token_cap():g} tokens (decodes first, one token "
-                "each; prompts split into chunks that fill the rest)")
+        cap = r.token_cap()
+        text = (f"mixed steps of at most {cap:g} tokens (decodes first, one token each; "
+                "prompts split into chunks that fill the rest, so a prompt longer than "
+                "what the decodes leave runs over several steps")
+        if workload is None:
+            return text + ")"
+        mean, top = _prompt_range(workload)
+        if mean > cap - 1:
+            text += (f": the mean prompt of {mean:,.0f} tokens takes at least "
+                     f"{math.ceil(mean / cap)} steps")
+        if r.max_batch * (top + 1) <= cap and r.kv_capacity_tokens is None:
+            text += (f"; here the budget never binds ({r.max_batch} slots x the longest "
+                     f"prompt of {top:,.0f} tokens + 1 fit in it), so every step holds all "
+                     "decodes and all pending prefill, as combined mode's does, and the "
+                     "two modes give the same numbers")
+        return text + ")"
     if r.mode == "prefill_first":
         cap = r.token_cap()
         return ("prefill-first steps (whole prompts"
@@ -1136,7 +1170,7 @@ def render(s: Settings, result) -> str:
         (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: the "
          f"whole trace at this rate is its recorded timing) ({s.workload})" if s.native_rate
          else f"Plan for {s.rate:g} req/s ({s.workload})"),
-        f"Replica: {r.max_batch} slots, {_steps_text(r)}; router {s.router}, "
+        f"Replica: {r.max_batch} slots, {_steps_text(r, s.requests)}; router {s.router}, "
         f"policy {s.policy}",
         *([f"GPU: {s.gpu}"] if s.gpu else []),
         f"Cost model: {s.cost}",
@@ -1175,10 +1209,11 @@ def render(s: Settings, result) -> str:
     else:
         lines.append(f"   {fleet.replicas - 1:>8}  below the fluid bound: overloaded, not "
                      "simulated")
+    lines += _backlog_note(f"at {_replicas(fleet.replicas)}", result.at_size)
     others = rows.loc[~rows["replicas"].isin([fleet.replicas, fleet.replicas - 1])]
     if len(others):
         lines.append("   also simulated: " + ", ".join(
-            f"{int(n)} {v}" for n, v in zip(others["replicas"], others["verdict"], strict=True)))
+            _point_text(int(row["replicas"]), row) for _, row in others.iterrows()))
     diff = fleet.replicas - sz.replicas_for_slots
     lines.append(f"   closed form said {sz.replicas_for_slots}; simulation says "
                  f"{fleet.replicas} ({diff:+d})")
@@ -1220,15 +1255,75 @@ def render(s: Settings, result) -> str:
          f"   at {upper:.4g} req/s (shown to {'miss' if shown == 'misses' else 'be unstable'})"
          f": attainment {_attainment(_row_at(cap, upper))}"),
     ]
+    lines += _backlog_note(f"at {cap.rate:.4g} req/s", row)
     if cap.open:
         lines.append("   open between them (not decided within --budget; not misses): "
                      + ", ".join(f"{r:.4g}" for r in cap.open) + " req/s")
     lines += [
         f"   ({total} replications in {len(_counts(result))} points; run = "
         "simulated seconds per replication after warm-up; goodput = requests finishing "
-        "within the SLO per second of that window)",
+        "within the SLO per second of that window, counted from one p99 end-to-end "
+        "latency after its start: attainment x the arrivals' rate in steady state; the "
+        "replications' arrivals run at the rate only on average)",
+        "",
+        f"4. Latency percentiles on {_replicas(fleet.replicas)} (requests after warm-up, "
+        "all replications pooled; a rejected or unfinished request counts as inf; "
+        "worst ITL = each request's longest gap between two tokens, the only "
+        "inter-token gap the simulator keeps; E2E = arrival to last token; n/a: too "
+        "few requests for the quantile)",
+        *_percentile_lines(s.rate, result.at_size),
     ]
+    if cap.rate != s.rate:
+        lines += _percentile_lines(cap.rate, row)
     return "\n".join(lines)
+
+
+def _backlog_note(where: str, row) -> list[str]:
+    """A line saying why goodput is below attainment x rate, when the requests in the
+    system grew materially over the counting window (``backlog_rps`` > 0.5 % of the
+    rate): departures are arrivals minus that growth."""
+    growth = row.get("backlog_rps", math.nan) if hasattr(row, "get") else math.nan
+    if not growth > 0.005 * row["rate_rps"]:
+        return []
+    return [f"   goodput {where} is below attainment x rate by about {growth:.3g} req/s: "
+            "requests in the system grew that fast over the window (more in service at "
+            "its end than at its start), a load near the fleet's limit still filling"]
+
+
+def _point_text(n: int, row) -> str:
+    """``14 misses (97.10%)``: a simulated size, its verdict and attainment (none is
+    claimed for an unstable point)."""
+    if row["verdict"] == "unstable":
+        return f"{n} unstable (no steady state, no attainment claimed)"
+    return f"{n} {row['verdict']} ({row['attainment']:.2%})"
+
+
+def _latency(seconds: float) -> str:
+    """A latency cell: ``n/a`` (not computed), ``inf``, ``312 ms`` or ``12.4 s``."""
+    if seconds is None or math.isnan(seconds):
+        return "n/a"
+    if not math.isfinite(seconds):
+        return "inf"
+    return f"{1000 * seconds:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+_LATENCY_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "max_gap": "worst ITL",
+                   "e2e": "E2E"}
+
+
+def _percentile_lines(rate: float, row) -> list[str]:
+    """The latency percentiles of one evaluation row as a small table."""
+    from .planning import LATENCY_METRICS, PERCENTILES
+
+    head = "".join(f"{'p' + name[1:3] + ('.' + name[3:] if len(name) > 3 else ''):>9}"
+                   for name in PERCENTILES)
+    where = f"at {rate:.4g} req/s"
+    lines = [f"   {where:<20}{head}"]
+    for metric in LATENCY_METRICS:
+        cells = "".join(f"{_latency(row.get(f'{metric}_{name}_s', math.nan)):>9}"
+                        for name in PERCENTILES)
+        lines.append(f"   {_LATENCY_LABELS[metric]:<20}{cells}")
+    return lines
 
 
 def _verdict_at(cap, rate: float) -> str:
@@ -1259,6 +1354,76 @@ def _below(fleet) -> str:
                  else f"{miss} under the fluid bound")
         return f"{n} open: not decided, may meet; {known}"
     return f"{n} {said}"
+
+
+def interrupted_text(s: Settings, rows: list[dict], signal_name: str = "SIGINT") -> str:
+    """What a plan stopped by a signal had shown, from the rows of the points it
+    simulated (the progress callback's, in order): the smallest size shown to meet so
+    far with its attainment, the largest shown to miss below it, what is not decided,
+    and the capacity probes if the search had reached them. Plain text, one claim a
+    line; nothing is claimed that the points do not show."""
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"rows must be a list of evaluation rows (dicts), got {rows!r}")
+    fleet = [r for r in rows if "replicas" in r]
+    probes = [r for r in rows if "replicas" not in r]
+    lines = [f"Interrupted ({signal_name}) after {len(rows)} simulated "
+             f"point{'' if len(rows) == 1 else 's'} of the plan for {s.rate:g} req/s "
+             "(the search did not finish); what they showed:"]
+    if not fleet:
+        lines.append("   no fleet size simulated yet: nothing shown to meet or to miss")
+        return "\n".join(lines)
+    meets = sorted((r for r in fleet if r["verdict"] == "meets"), key=lambda r: r["replicas"])
+    if meets:
+        best = meets[0]
+        k = int(best["replicas"])
+        lines.append(f"   smallest size shown to meet so far: {_replicas(k)} (attainment "
+                     f"{_attainment(best)}, TTFT p99 {_ms(best['ttft_p99_s'])}, TPOT p99 "
+                     f"{_ms_or_na(best['tpot_p99_s'])}, {best['replications']} replications)")
+    else:
+        k = None
+        lines.append("   no size shown to meet yet")
+    below = [r for r in fleet if r["verdict"] in ("misses", "unstable")
+             and (k is None or r["replicas"] < k)]
+    if below:
+        worst = max(below, key=lambda r: r["replicas"])
+        lines.append(f"   largest size shown not to meet: "
+                     f"{_point_text(int(worst['replicas']), worst)}")
+    from .planning import fluid_rate
+
+    floor = math.floor(s.rate / fluid_rate(s.requests, s.replica)) + 1   # fluid bound
+    low = int(max(r["replicas"] for r in below)) if below else floor - 1
+    if k is not None and not probes:
+        start = low + 1
+        if start >= k:
+            lines.append(f"   {_replicas(k)} is the fleet's answer: "
+                         + (f"{k - 1} shown not to meet" if below and low == k - 1 else
+                            "fewer are under the fluid bound (overloaded)" if k > 1 else
+                            "one replica is the least"))
+        else:
+            opened = sorted(int(r["replicas"]) for r in fleet
+                            if r["verdict"] == "open" and start <= r["replicas"] < k)
+            span = f"{start}" if start == k - 1 else f"{start} to {k - 1}"
+            rest = (k - start) - len(opened)
+            lines.append(f"   not decided: {span} replicas ("
+                         + "; ".join(([f"open: {', '.join(map(str, opened))}"] if opened
+                                      else [])
+                                     + ([f"{rest} not simulated"] if rest else [])) + ")")
+    if probes:
+        lines.append("   the fleet search had finished: "
+                     + ("" if k is None else f"{_replicas(k)}, ")
+                     + "the capacity search was running")
+        met = [r["rate_rps"] for r in probes if r["verdict"] == "meets"]
+        missed = [r["rate_rps"] for r in probes if r["verdict"] in ("misses", "unstable")]
+        if met:
+            lines.append(f"   capacity probes shown to meet up to {max(met):.4g} req/s")
+        if missed:
+            lines.append(f"   capacity probes shown to miss from {min(missed):.4g} req/s")
+    others = [r for r in fleet if k is None or r["replicas"] != k]
+    if others:
+        lines.append("   simulated sizes: " + ", ".join(
+            _point_text(int(r["replicas"]), r) for r in sorted(others,
+                                                               key=lambda r: r["replicas"])))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
@@ -1360,6 +1525,7 @@ def main(argv=None) -> int:
     except _Stopped as stop:
         bar.close()
         close()
+        print(interrupted_text(s, bar.rows, stop.name), flush=True)
         print(f"{PROG} plan: stopped by {stop.name}; its pool workers were stopped too",
               file=sys.stderr)
         return 128 + stop.signum

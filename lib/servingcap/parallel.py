@@ -95,9 +95,13 @@ def _worker_start(parent: int) -> None:
     thread polls the parent's pid every :data:`PARENT_POLL_S` and ends the worker
     (``os._exit``) once the worker has been re-parented. Ctrl-C is the parent's to
     handle (it stops the pool with :func:`stop_pool`): workers ignore SIGINT, so the
-    terminal's process-group SIGINT prints no traceback from each of them.
+    terminal's process-group SIGINT prints no traceback from each of them; and SIGTERM
+    (how :func:`stop_pool` ends them) gets its default action back, since a forked
+    worker inherits whatever handler the parent had installed (``plan``'s raises an
+    exception, which would print a traceback from every worker it stops).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def watch():
         while os.getppid() == parent:

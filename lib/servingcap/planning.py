@@ -81,14 +81,17 @@ __all__ = [
     "Lengths", "PoissonWorkload", "Replay", "CapacityResult", "capacity_search", "evaluate",
     "fluid_rate", "hold_time", "slo_floor", "infeasible", "goodput_curve", "CurveKnee", "curve_knee",
     "FleetResult", "smallest_fleet", "Plan", "plan", "CURVE_COLUMNS", "VERDICTS",
-    "MAX_REQUESTS_PER_RUN", "FLUID_GUESS_BETA",
+    "MAX_REQUESTS_PER_RUN", "FLUID_GUESS_BETA", "PERCENTILES", "LATENCY_METRICS",
 ]
 
 CURVE_COLUMNS = ("rate_rps", "throughput_rps", "ttft_goodput_rps", "goodput_rps",
                  "goodput_low", "goodput_high", "attainment", "attainment_low",
                  "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
                  "tpot_p99_s", "prefix_hit_rate", "replications", "needed", "run_s",
-                 "requests", "warmup_s", "verdict", "meets")
+                 "requests", "warmup_s", "verdict", "meets", "backlog_rps",
+                 "ttft_p50_s", "ttft_p90_s", "ttft_p999_s", "tpot_p50_s", "tpot_p90_s",
+                 "tpot_p999_s", "max_gap_p50_s", "max_gap_p90_s", "max_gap_p99_s",
+                 "max_gap_p999_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "e2e_p999_s")
 """Columns of :func:`evaluate`, :func:`goodput_curve` and ``CapacityResult.evaluations``.
 
 Estimates are means over replications; ``*_low`` / ``*_high`` are the ends of their
@@ -108,7 +111,25 @@ replicas' prefix caches (pooled over replications; NaN without a prefix cache, s
 how many the sequential check is sure to decide by (from the first stage's variance:
 compare it with ``replications`` for an ``open`` point). ``run_s`` and ``requests`` are
 the simulated seconds and requests per replication *after* warm-up; ``warmup_s`` the seconds deleted;
-``verdict`` one of :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``."""
+``verdict`` one of :data:`VERDICTS`; ``meets`` is ``verdict == "meets"``.
+``backlog_rps`` is how fast the requests in the system (arrived, not yet finished) grew
+over the window the rates are counted in, per second (mean over replications): the
+departures in a window are its arrivals minus that growth, so ``throughput_rps`` runs
+below the arrival rate by it, and ``goodput_rps`` below attainment x rate, when a
+load near the fleet's limit is still filling (no steady occupancy within the run).
+The latency percentiles ``{metric}_{p50,p90,p99,p999}_s`` (:data:`PERCENTILES`; ``ttft``,
+``tpot``, ``max_gap``: each request's longest gap between two consecutive tokens, the
+simulator keeps no other inter-token gap, so its percentiles are of a *worst* ITL per
+request; ``e2e``: arrival to last token) pool the kept requests of all replications like
+``ttft_p99_s``; a rejected or unfinished request counts as ``inf`` (as in
+:mod:`servingcap.slo`), a one-token answer has no TPOT or gap and is left out of those;
+NaN when fewer than ``1 / (1 - q)`` requests are pooled (no request lies beyond the
+quantile ``q``)."""
+
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
+"""Latency quantiles of the evaluation rows (name in the column -> quantile)."""
+LATENCY_METRICS = ("ttft", "tpot", "max_gap", "e2e")
+"""Per-request latencies whose :data:`PERCENTILES` the evaluation rows carry (s)."""
 
 VERDICTS = ("meets", "misses", "open", "unstable")
 """``meets``/``misses``: the sequential check (:func:`servingcap.stats.sequential_check`)
@@ -713,6 +734,8 @@ def _run_one(task) -> dict:
             "finish": out["finish_s"].to_numpy(dtype=float),
             "ttft": np.where(done, ttft, np.inf),
             "tpot": np.where(done, out["tpot_s"].to_numpy(dtype=float), np.inf),
+            "max_gap": np.where(done, out["max_gap_s"].to_numpy(dtype=float), np.inf),
+            "e2e": np.where(done, out["e2e_s"].to_numpy(dtype=float), np.inf),
             "ok": ok_all, "ok_ttft": ok_ttft,
             "cached": out["cached_tokens"].to_numpy(dtype=float),
             "prompt": out["prompt_tokens"].to_numpy(dtype=float)}
@@ -721,6 +744,28 @@ def _run_one(task) -> dict:
 def _p99(values: np.ndarray) -> float:
     finite = values[~np.isnan(values)]
     return float(np.quantile(finite, 0.99, method="inverted_cdf")) if finite.size else math.nan
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    """Inverted-CDF quantile of the non-NaN values (inf counts); NaN with fewer than
+    ``1 / (1 - q)`` of them (no value would lie beyond the quantile)."""
+    finite = values[~np.isnan(values)]
+    if finite.size == 0 or finite.size * (1.0 - q) < 1.0 - 1e-9:
+        return math.nan
+    return float(np.quantile(finite, q, method="inverted_cdf"))
+
+
+def _percentiles(runs: list[dict], kept: list[int]) -> dict:
+    """The :data:`PERCENTILES` of each :data:`LATENCY_METRICS` over the kept requests of
+    all replications pooled (s), without the p99 of TTFT and TPOT (already columns)."""
+    row = {}
+    for metric in LATENCY_METRICS:
+        pooled = np.concatenate([r[metric][c:] for r, c in zip(runs, kept, strict=True)])
+        for name, q in PERCENTILES.items():
+            column = f"{metric}_{name}_s"
+            if column not in ("ttft_p99_s", "tpot_p99_s"):
+                row[column] = _quantile(pooled, q)
+    return row
 
 
 def _signal(run: dict) -> np.ndarray:
@@ -773,18 +818,28 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
     for run, cut in zip(runs, cuts, strict=True):
         cut = min(cut, run["arrival"].size - 2)
         start, end = run["arrival"][cut], run["arrival"][-1]
-        # departures in the kept arrival window, after one hold time for the batches to
-        # fill (a run starts empty): in steady state they match arrivals, and an
-        # overloaded run cannot count more than it served
-        first = start + s.hold_s if end - start > 2 * s.hold_s else start
+        # departures in the kept arrival window, from one p99 sojourn (at least one hold
+        # time) after its start: the batches fill (a run starts empty) and a request
+        # leaving then arrived inside the run, so in steady state departures match
+        # arrivals (from one hold time alone, a run with no warm-up cut undercounts by
+        # the part of the sojourn past a hold time); an overloaded run cannot count
+        # more than it served
+        e2e = run["e2e"][cut:]
+        e2e = e2e[np.isfinite(e2e)]
+        settle = max(s.hold_s, _p99(e2e) if e2e.size else 0.0)
+        first = start + settle if end - start > 2 * settle else start
         span = max(end - first, 1e-12)
         out = np.nan_to_num(run["finish"], nan=np.inf)
         inside = (out >= first) & (out <= end) & np.isfinite(run["ttft"])
+        # requests in the system (arrived, not finished) at the ends of that window
+        held = [np.searchsorted(run["arrival"], t, side="right") - int((out <= t).sum())
+                for t in (first, end)]
         ok = run["ok"][cut:]
         per.append({"attainment": float(ok.mean()),
                     "goodput": float((run["ok"] & inside).sum()) / span,
                     "ttft_goodput": float((run["ok_ttft"] & inside).sum()) / span,
                     "throughput": float(inside.sum()) / span,
+                    "backlog": float(held[1] - held[0]) / span,
                     "ttft_p99": _p99(run["ttft"][cut:]),
                     "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
                     "warmup_s": float(start - run["arrival"][0]),
@@ -831,7 +886,8 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
             "needed": int(decision.needed),
             "run_s": float(table["run_s"].mean()), "requests": float(table["requests"].mean()),
             "warmup_s": float(table["warmup_s"].mean()), "verdict": verdict,
-            "meets": verdict == "meets"}
+            "meets": verdict == "meets", "backlog_rps": float(table["backlog"].mean()),
+            **_percentiles(runs, kept)}
 
 
 def _run_length(s: _Setup, rate: float) -> int:
