@@ -45,7 +45,8 @@ SHELLS = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 # Budgets appended to commands whose README shows no output to compare (the last
 # occurrence of an option wins with argparse, so these override the file/README value).
-SMALL_BUDGET = {"servingcap plan": ["--requests", "1000", "--no-progress"]}
+SMALL_BUDGET = {"servingcap plan": ["--requests", "1000", "--budget", "2", "--rtol", "0.25",
+                                   "--no-progress"]}
 COMMAND_TIMEOUT_S = 300
 LAB_START_TIMEOUT_S = 60
 

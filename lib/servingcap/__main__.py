@@ -612,6 +612,9 @@ def settings(options: dict) -> Settings:
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
     card, gpu_text = _gpu_card(o, given)
     step_time, decode, cost_text = _cost_model(o, given, card)
+    if mode == "mixed" and budget_tokens is None and _is_roofline(step_time):
+        budget_tokens, note = _roofline_budget(o, step_time, max_batch, workload)
+        cost_text += "; " + note
     try:
         if o["step_cost"] not in STEP_COSTS:
             raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
@@ -669,6 +672,35 @@ def settings(options: dict) -> Settings:
                    prefix=prefix_text, native_rate=native, gpu=gpu_text)
     _feasible(out)
     return out
+
+
+def _is_roofline(step_time) -> bool:
+    from .roofline import Roofline
+    return isinstance(step_time, Roofline)
+
+
+def _roofline_budget(o: dict, roof, max_batch: int, workload) -> tuple[int, str]:
+    """The mixed-mode token budget a roofline replica gets when --max-batched-tokens is
+    not given, and a sentence saying so: the largest step (a full batch of decodes at the
+    workload's mean context, one token each, plus a prompt chunk) within the TPOT
+    objective, the derivation the book makes for its locked replica (``LOCKED.token_budget``).
+    A GPU several times faster than the locked one fits a far larger chunk, and keeping the
+    book's 240 tokens would starve its prefill."""
+    tpot = _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0
+    context = _mean_context(workload)
+    chunk = roof.largest_chunk(tpot, max_batch, context)
+    if chunk == 0:
+        decodes = roof.decode_s(max_batch, context)
+        raise InputError(
+            f"--tpot-p99-ms {o['tpot_p99_ms']}: a full batch of {max_batch} decodes at the "
+            f"mean context ({context:,.0f} tokens) already takes {1000 * decodes:.1f} ms per "
+            "step on this GPU, so no prompt chunk fits the objective; lower --max-batch, "
+            "raise --tpot-p99-ms, or give --max-batched-tokens")
+    budget = max_batch + chunk
+    return budget, (f"token budget {budget:,} tokens per step, derived: a full batch of "
+                    f"{max_batch} decodes at the mean context ({context:,.0f} tokens) plus "
+                    f"a {chunk:,}-token prompt chunk fills the {1000 * tpot:g} ms TPOT "
+                    "objective on this roofline (--max-batched-tokens sets your engine's)")
 
 
 def _output(path) -> str | None:
@@ -1167,8 +1199,8 @@ def render(s: Settings, result) -> str:
     per_replica = fluid_rate(s.requests, r)
     rows = fleet.evaluations
     lines = [
-        (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: the "
-         f"whole trace at this rate is its recorded timing) ({s.workload})" if s.native_rate
+        (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: "
+         f"resampled segments keep their recorded timing) ({s.workload})" if s.native_rate
          else f"Plan for {s.rate:g} req/s ({s.workload})"),
         f"Replica: {r.max_batch} slots, {_steps_text(r, s.requests)}; router {s.router}, "
         f"policy {s.policy}",
