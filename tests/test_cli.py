@@ -419,12 +419,39 @@ def test_roofline_efficiencies_default_to_the_measured_fit_and_the_report_says_s
     cost = s.replica.step_time
     assert (cost.flops_efficiency, cost.bandwidth_efficiency) == (
         FLOPS_EFFICIENCY, BANDWIDTH_EFFICIENCY) == (0.62, 0.55)
-    assert s.cost == Roofline("Llama-2-7b-hf", "A100-80GB").describe()
+    assert s.cost.startswith(Roofline("Llama-2-7b-hf", "A100-80GB").describe() + "; ")
     assert "efficiency 0.62 of peak FLOP/s and 0.55 of HBM bandwidth (measured: fit to " \
            "Vidur's Llama-2-7B A100-80GB" in s.cost
     pure = settings({"model_config": "Llama-2-7b-hf", "gpu": "A100-80GB", "rate": 1,
                      "flops_efficiency": "1", "bandwidth_efficiency": "1"})
     assert "pure roofline (efficiency 1.0: a lower bound on the step time)" in pure.cost
+
+
+def test_a_roofline_replica_gets_the_token_budget_its_tpot_objective_allows(capsys):
+    """The book's rule (a full batch of decodes plus a prompt chunk fills the TPOT
+    objective), applied to the roofline of the GPU asked for, not the locked replica's
+    240 tokens; an explicit --max-batched-tokens wins; a batch whose decodes alone
+    overrun the objective is refused by name."""
+    from servingcap.__main__ import _mean_context, settings
+    from servingcap.roofline import Roofline
+    from servingcap.roofline import step as step_detail
+
+    s = settings({"model_config": "Llama-3.1-8B", "gpu": "H100-SXM", "rate": 1})
+    roof = Roofline("Llama-3.1-8B", "H100-SXM")
+    context = _mean_context(s.requests)
+    chunk = roof.largest_chunk(0.050, 32, context)
+    assert s.replica.max_batched_tokens == 32 + chunk > 240
+    decodes = [context] * 32
+    assert roof(step_detail(prefill=[chunk], decode=decodes)) <= 0.050
+    assert roof(step_detail(prefill=[chunk + 1], decode=decodes)) > 0.050
+    assert f"token budget {32 + chunk:,} tokens per step, derived" in s.cost
+    mine = settings({"model_config": "Llama-3.1-8B", "gpu": "H100-SXM", "rate": 1,
+                     "max_batched_tokens": "2048"})
+    assert mine.replica.max_batched_tokens == 2048 and "derived" not in mine.cost
+    status, out, err = main_in_process(["plan", "--model-config", "Llama-3.1-8B", "--gpu",
+                                        "H100-SXM", "--tpot-p99-ms", "1"], capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--tpot-p99-ms 1: a full batch of 32 decodes" in err
 
 
 def test_fp8_puts_the_roofline_and_the_memory_in_fp8():
