@@ -93,6 +93,38 @@ CHANGED_PARAMETER = {
 }
 
 
+# Issue 20: a sentence that states a direction or a verdict over glued numbers must be
+# computed, so that re-running a chapter with other parameters cannot leave it stating the
+# book's verdict beside numbers that now say the opposite. For each chapter whose changed
+# parameter above flips such a glued word, the keys it must flip. The test checks that
+# each one differs from the book's, and that no markdown cell gluing it also types the
+# book's word itself (a sentence that would then contradict itself). Chapters absent here
+# print no verdict that their changed parameter flips (admission_control, fast_model,
+# kv_memory, littles_law, offered_load, step_time, variance_penalty; fleet_sizing's flips
+# are numbers), measured on 2026-12-02 by re-running each and comparing every glued word.
+FLIPS = {
+    "agent_amplification": ("sim_agree",),
+    "capacity_planning": ("hour_verdict",),
+    "chunked_prefill": ("verdict_add", "slack_word"),
+    "goodput": ("knee_vs_cap", "fused_knee_word"),
+    "scheduling_policies": ("first_not_ok_best",),
+    "tail_latency": ("ex1_mid_in_rel",),
+    "two_slos": ("ex2_large_word",),
+}
+
+
+def glued(nb) -> dict:
+    """Every glued value of an executed notebook, as the text myst-nb pastes."""
+    values = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                text = out.get("data", {}).get("application/papermill.record/text/plain")
+                values[name] = text.strip("'\"") if isinstance(text, str) else text
+    return values
+
+
 def outputs_by_cell(nb) -> list[str]:
     """What each code cell (the injected-parameters cell excluded) showed, as text."""
     shown = []
@@ -140,3 +172,14 @@ def test_a_changed_parameter_changes_the_chapter(chapter, tmp_path):
     assert len(old) == len(new)
     changed = sum(a != b for a, b in zip(old, new, strict=True))
     assert changed >= 1, f"{chapter}: {name} = {value!r} changed no output"
+    before, after = glued(book), glued(mine)
+    for key in FLIPS.get(chapter, ()):
+        assert after[key] != before[key], (
+            f"{chapter}: {name} = {value!r} no longer flips the glued {key!r} "
+            f"({before[key]!r}); pick a parameter that does")
+        for cell in book.cells:
+            if cell.cell_type == "markdown" and f"`{key}" in cell.source:
+                typed = re.sub(r"\{glue:text\}`[^`]*`", "", cell.source)
+                assert not re.search(rf"\b{re.escape(before[key])}\b", typed), (
+                    f"{chapter}: a sentence glues {key!r} and also types its book value "
+                    f"{before[key]!r}")
