@@ -104,7 +104,7 @@ CHANGED_PARAMETER = {
 # are numbers), measured on 2026-12-02 by re-running each and comparing every glued word.
 FLIPS = {
     "agent_amplification": ("sim_agree",),
-    "capacity_planning": ("hour_verdict",),
+    "capacity_planning": ("ex1_verdict",),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
     "scheduling_policies": ("first_not_ok_best",),
