@@ -93,7 +93,7 @@ def test_sweep_json_and_progress(tmp_path, capsys):
                                     "--output", str(path)], capsys)
     assert status == 0, stderr
     assert "Sweep of 2 replicas at one rate, 6 req/s" in stdout
-    assert "2 repl @ 6 req/s" in stderr           # the progress bar names fleet and rate
+    assert "2 replicas @ 6 req/s" in stderr           # the progress bar names fleet and rate
     data = json.loads(path.read_text())
     assert data["settings"]["replicas"] == 2 and data["settings"]["target"] == 0.99
     assert data["fluid_bound_rps"] == pytest.approx(2 * BOUND)

@@ -679,23 +679,24 @@ def _is_roofline(step_time) -> bool:
     return isinstance(step_time, Roofline)
 
 
-def _roofline_budget(o: dict, roof, max_batch: int, workload) -> tuple[int, str]:
+def _roofline_budget(o: dict, roof, max_batch: int, workload) -> tuple[int | None, str]:
     """The mixed-mode token budget a roofline replica gets when --max-batched-tokens is
     not given, and a sentence saying so: the largest step (a full batch of decodes at the
     workload's mean context, one token each, plus a prompt chunk) within the TPOT
     objective, the derivation the book makes for its locked replica (``LOCKED.token_budget``).
     A GPU several times faster than the locked one fits a far larger chunk, and keeping the
-    book's 240 tokens would starve its prefill."""
+    book's 240 tokens would starve its prefill. When a full batch of decodes alone
+    overruns the objective nothing is derived (``None``, the replica's default budget
+    stays) and the sentence says so: lighter batches may still meet it."""
     tpot = _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0
     context = _mean_context(workload)
     chunk = roof.largest_chunk(tpot, max_batch, context)
     if chunk == 0:
         decodes = roof.decode_s(max_batch, context)
-        raise InputError(
-            f"--tpot-p99-ms {o['tpot_p99_ms']}: a full batch of {max_batch} decodes at the "
-            f"mean context ({context:,.0f} tokens) already takes {1000 * decodes:.1f} ms per "
-            "step on this GPU, so no prompt chunk fits the objective; lower --max-batch, "
-            "raise --tpot-p99-ms, or give --max-batched-tokens")
+        return None, (f"token budget not derived: a full batch of {max_batch} decodes at the "
+                      f"mean context ({context:,.0f} tokens) alone takes "
+                      f"{1000 * decodes:.1f} ms per step, over the {1000 * tpot:g} ms TPOT "
+                      "objective (--max-batched-tokens sets your engine's)")
     budget = max_batch + chunk
     return budget, (f"token budget {budget:,} tokens per step, derived: a full batch of "
                     f"{max_batch} decodes at the mean context ({context:,.0f} tokens) plus "
