@@ -91,6 +91,7 @@ tokens, US dollars per GPU-hour.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import csv
 import hashlib
 import json
 import math
@@ -206,10 +207,18 @@ def load_prices(path=None) -> pd.DataFrame:
     the file and the row for anything else."""
     file = data_dir() / "gpu_prices.csv" if path is None else Path(path)
     try:
-        table = pd.read_csv(file, dtype={"gpu": str, "source": str, "date": str})
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError,
-            pd.errors.EmptyDataError) as exc:
+        with open(file, newline="") as handle:
+            lines = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ValueError(f"prices file {str(file)!r} could not be read as CSV ({exc})") from None
+    if not lines:
+        raise ValueError(f"prices file {str(file)!r} is empty")
+    header, body = lines[0], [line for line in lines[1:] if line]
+    for number, line in enumerate(body, start=2):
+        if len(line) != len(header):
+            raise ValueError(f"prices file {str(file)!r} row {number} has {len(line)} fields, "
+                             f"the header {len(header)} (quote a source that holds commas)")
+    table = pd.DataFrame(body, columns=header)
     missing = [c for c in PRICE_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"prices file {str(file)!r} lacks the column(s) {', '.join(missing)} "
@@ -219,7 +228,7 @@ def load_prices(path=None) -> pd.DataFrame:
         raise ValueError(f"prices file {str(file)!r} has no rows")
     seen = set()
     for i, row in table.iterrows():
-        where = f"prices file {str(file)!r} row {i + 2}"
+        where = f"prices file {str(file)!r} row {int(i) + 2}"
         name = row["gpu"]
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{where}: gpu must be a name, got {name!r}")
@@ -731,6 +740,9 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
                          "file or override it, or leave the GPU out)")
     configs = grid(names, tps=tps, dtypes=dtypes, modes=modes, budgets=budgets,
                    max_batches=max_batches)
+    if not configs:
+        raise ValueError(f"the grid is empty: dtypes={list(dtypes)!r} on gpus={names!r} "
+                         "leaves no configuration (fp8 needs a GPU with fp8 tensor cores)")
     ctx = _Context(model=config, model_label=label, requests=requests, rate=lam,
                    limits=planning._limits(limits), target=planning._target(target),
                    router=router, policy=policy,
