@@ -109,12 +109,12 @@ from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline, gpu_tabl
 from .roofline import model_config as _model_config
 from .roofline import model_names as _model_names
 from .routers import DEFAULT_ROUTER
-from .serving import MODES, Replica
+from .serving import MODES, Replica, check_fleet
 from .traffic import data_dir
 
 __all__ = ["Config", "SearchResult", "grid", "search", "load_model", "load_prices",
            "resolve_prices", "parse_price", "rank", "pareto_front", "conclusion",
-           "usd_per_mtok", "DTYPES", "TP_DEGREES", "RESULT_COLUMNS", "PRICE_COLUMNS",
+           "usd_per_mtok", "DTYPES", "TP_DEGREES", "MIN_EFFICIENCY", "RESULT_COLUMNS", "PRICE_COLUMNS",
            "STATUSES"]
 
 DTYPES = ("bf16", "fp8")
@@ -137,18 +137,24 @@ RESULT_COLUMNS = (
     "label", "gpu", "tp", "dtype", "mode", "max_batched_tokens", "max_batch", "status",
     "reason", "kv_capacity_tokens", "fluid_min", "replicas", "replicas_low", "spares",
     "gpus", "usd_per_gpu_hour", "usd_per_hour", "usd_per_hour_low", "usd_per_mtok",
-    "usd_per_mtok_low", "usd_per_mtok_high", "min_usd_per_mtok", "attainment",
+    "usd_per_mtok_low", "usd_per_mtok_high", "min_usd_per_mtok",
+    "min_separating_usd_per_mtok", "attainment",
     "attainment_low", "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
     "tpot_p99_s", "goodput_rps", "replications", "below_verdict", "sizes_simulated",
     "cached", "rank", "pareto")
 """Columns of ``SearchResult.table`` (one row per configuration; NaN where a step did
 not run). Costs in US dollars: ``usd_per_hour`` for the whole fleet with spares,
 ``usd_per_mtok`` per million good output tokens (module docstring), ``min_usd_per_mtok``
-the fluid bound's (the lower bound pruning uses). ``replicas`` is the smallest size shown
+the fluid bound's (the lower bound pruning uses), ``min_separating_usd_per_mtok`` the
+lowest cost still possible (:func:`conclusion`). ``replicas`` is the smallest size shown
 to meet (before spares); ``replicas_low`` the smallest size not shown to miss;
 ``below_verdict`` what is known of ``replicas - 1`` (as
 :attr:`servingcap.planning.FleetResult.below_verdict`); ``rank`` 1 = cheapest (ranked
 rows only); ``pareto`` whether the row is on the cost / p99 TTFT front."""
+
+MIN_EFFICIENCY = 0.01
+"""Smallest roofline efficiency :func:`search` accepts (1 % of peak): below it a step takes
+longer than any engine would, and the arithmetic overflows."""
 
 _CACHE_FORMAT = 1
 
@@ -160,7 +166,7 @@ _MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_
                "num_experts_per_tok")
 
 
-def load_model(source) -> tuple[dict, str]:
+def load_model(model) -> tuple[dict, str]:
     """(config dict, label) of a dense model: a shipped name (``"Llama-3.1-8B"``), a path
     to a ``config.json`` or the parsed dict.
 
@@ -169,6 +175,7 @@ def load_model(source) -> tuple[dict, str]:
     weights in memory (all experts) and the weights a token reads (the active ones) differ,
     which the dense roofline does not model.
     """
+    source = model
     if isinstance(source, Mapping):
         config, label = dict(source), str(source.get("_name_or_path", "model"))
     elif isinstance(source, (str, Path)):
@@ -195,7 +202,8 @@ def load_model(source) -> tuple[dict, str]:
             raise ValueError(f"model config field {key}={value!r} makes {label} a "
                              "mixture-of-experts model: total and active parameters differ "
                              "and the search models dense models only (not done)")
-    _model_config(config, name=label)            # validates the fields the roofline needs
+    with _check.naming("model"):
+        _model_config(config, name=label)        # validates the fields the roofline needs
     return config, label
 
 
@@ -205,30 +213,32 @@ def load_prices(path=None) -> pd.DataFrame:
     ``source``: where the number comes from; ``date``: when, ``YYYY-MM`` or
     ``YYYY-MM-DD``). One row per GPU name (case-insensitive). Raises ValueError naming
     the file and the row for anything else."""
+    if path is not None and not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be a CSV file path or None, got {path!r}")
     file = data_dir() / "gpu_prices.csv" if path is None else Path(path)
     try:
         with open(file, newline="") as handle:
             lines = list(csv.reader(handle))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"prices file {str(file)!r} could not be read as CSV ({exc})") from None
+        raise ValueError(f"prices file path={str(file)!r} could not be read as CSV ({exc})") from None
     if not lines:
-        raise ValueError(f"prices file {str(file)!r} is empty")
+        raise ValueError(f"prices file path={str(file)!r} is empty")
     header, body = lines[0], [line for line in lines[1:] if line]
     for number, line in enumerate(body, start=2):
         if len(line) != len(header):
-            raise ValueError(f"prices file {str(file)!r} row {number} has {len(line)} fields, "
+            raise ValueError(f"prices file path={str(file)!r} row {number} has {len(line)} fields, "
                              f"the header {len(header)} (quote a source that holds commas)")
     table = pd.DataFrame(body, columns=header)
     missing = [c for c in PRICE_COLUMNS if c not in table.columns]
     if missing:
-        raise ValueError(f"prices file {str(file)!r} lacks the column(s) {', '.join(missing)} "
+        raise ValueError(f"prices file path={str(file)!r} lacks the column(s) {', '.join(missing)} "
                          f"(needs {', '.join(PRICE_COLUMNS)})")
     table = table[list(PRICE_COLUMNS)].copy()
     if table.empty:
-        raise ValueError(f"prices file {str(file)!r} has no rows")
+        raise ValueError(f"prices file path={str(file)!r} has no rows")
     seen = set()
     for i, row in table.iterrows():
-        where = f"prices file {str(file)!r} row {int(i) + 2}"
+        where = f"prices file path={str(file)!r} row {int(i) + 2}"
         name = row["gpu"]
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{where}: gpu must be a name, got {name!r}")
@@ -252,8 +262,9 @@ def load_prices(path=None) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def parse_price(text: str) -> tuple[str, float]:
+def parse_price(price: str) -> tuple[str, float]:
     """``"H100-SXM=2.5"`` -> ``("H100-SXM", 2.5)`` (US dollars per GPU-hour, > 0)."""
+    text = price
     if not isinstance(text, str) or text.count("=") != 1:
         raise ValueError(f"price must be GPU=USD_PER_GPU_HOUR like H100-SXM=2.5, got {text!r}")
     name, value = (part.strip() for part in text.split("="))
@@ -266,32 +277,45 @@ def parse_price(text: str) -> tuple[str, float]:
     return name, price
 
 
-def _known_gpu(name: str) -> str:
+def _known_gpu(name, param: str = "gpus") -> str:
     names = [str(g) for g in gpu_table()["gpu"]]
-    for known in names:
-        if known.lower() == str(name).lower():
-            return known
-    raise ValueError(f"gpu {name!r} is not in data/gpus.csv; known: {', '.join(names)}")
+    if isinstance(name, str):
+        for known in names:
+            if known.lower() == name.lower():
+                return known
+    raise ValueError(f"{param}: gpu {name!r} is not in data/gpus.csv; known: {', '.join(names)}")
 
 
-def resolve_prices(prices=None, overrides: Mapping | None = None) -> pd.DataFrame:
+def resolve_prices(prices=None, price_overrides: Mapping | None = None) -> pd.DataFrame:
     """The price table used: ``prices`` (a table from :func:`load_prices`, a path, or None
-    for the shipped file) with ``overrides`` (``{gpu: usd_per_gpu_hour}``) replacing or
+    for the shipped file) with ``price_overrides`` (``{gpu: usd_per_gpu_hour}``) replacing or
     adding rows (source ``"command line"``). Every GPU named must be in ``data/gpus.csv``;
     names come back spelled as there."""
-    table = prices.copy() if isinstance(prices, pd.DataFrame) else load_prices(prices)
-    missing = [c for c in PRICE_COLUMNS if c not in table.columns]
-    if missing:
-        raise ValueError(f"prices lacks the column(s) {', '.join(missing)}")
-    table = table[list(PRICE_COLUMNS)].copy()
-    table["gpu"] = [_known_gpu(g) for g in table["gpu"]]
+    if isinstance(prices, pd.DataFrame):
+        missing = [c for c in PRICE_COLUMNS if c not in prices.columns]
+        if missing:
+            raise ValueError(f"prices lacks the column(s) {', '.join(missing)}")
+        table = prices[list(PRICE_COLUMNS)].copy()
+        if table.empty:
+            raise ValueError("prices has no rows")
+        values = pd.to_numeric(table["usd_per_gpu_hour"], errors="coerce").to_numpy(dtype=float)
+        if not (np.isfinite(values) & (values > 0)).all():
+            raise ValueError("prices column usd_per_gpu_hour must hold prices > 0 US dollars "
+                             "per GPU-hour")
+        table["usd_per_gpu_hour"] = values
+    elif prices is None or isinstance(prices, (str, Path)):
+        table = load_prices(prices)
+    else:
+        raise ValueError(f"prices must be a price table, a CSV path or None, got {prices!r}")
+    table["gpu"] = [_known_gpu(g, "prices") for g in table["gpu"]]
+    overrides = price_overrides
     if overrides is not None:
         if not isinstance(overrides, Mapping):
-            raise ValueError(f"overrides must be a mapping gpu -> US dollars per GPU-hour, "
-                             f"got {overrides!r}")
+            raise ValueError(f"price_overrides must be a mapping gpu -> US dollars per "
+                             f"GPU-hour, got {overrides!r}")
         for name, value in overrides.items():
-            gpu = _known_gpu(name)
-            price = _check.positive(f"overrides[{name!r}]", value)
+            gpu = _known_gpu(name, "price_overrides")
+            price = _check.positive(f"price_overrides[{name!r}]", value)
             table = table[table["gpu"] != gpu]
             table = pd.concat([table, pd.DataFrame([{
                 "gpu": gpu, "usd_per_gpu_hour": price, "source": "command line",
@@ -319,6 +343,18 @@ class Config:
     mode: str
     max_batched_tokens: int | None
     max_batch: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "gpu", _known_gpu(self.gpu, "gpu"))
+        object.__setattr__(self, "tp", _check.whole("tp", self.tp))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.max_batched_tokens is not None:
+            object.__setattr__(self, "max_batched_tokens",
+                               _check.whole("max_batched_tokens", self.max_batched_tokens))
+        object.__setattr__(self, "max_batch", _check.whole("max_batch", self.max_batch))
 
     @property
     def label(self) -> str:
@@ -352,7 +388,7 @@ def grid(gpus, *, tps=TP_DEGREES, dtypes=DTYPES, modes=("mixed",), budgets=(2048
     (tokens per step) apply to ``mixed`` and ``prefill_first``, and ``combined`` gets
     one configuration per ``max_batches`` value (no budget). Head divisibility and
     memory are checked by :func:`search` (recorded as refusals, not dropped here)."""
-    names = [_known_gpu(g) for g in _choices("gpus", gpus)]
+    names = [_known_gpu(g, "gpus") for g in _choices("gpus", gpus)]
     table = gpu_table().set_index("gpu")
     tp_list = _choices("tps", tps, whole=True)
     dtype_list = _choices("dtypes", dtypes, DTYPES)
@@ -425,11 +461,13 @@ def _replica(cfg: Config, ctx: _Context) -> tuple[Replica, int]:
     return replica, memory.kv_capacity_tokens
 
 
-def _fraction(name: str, value, zero: bool = False) -> float:
-    """A fraction in (0, 1] ([0, 1] with ``zero``)."""
+def _fraction(name: str, value, zero: bool = False, least: float = 0.0) -> float:
+    """A fraction in (0, 1] ([0, 1] with ``zero``; [least, 1] with ``least``)."""
     x = _check.number(name, value)
     if not (0 <= x <= 1) or (x == 0 and not zero):
         raise ValueError(f"{name} must be in {'[0' if zero else '(0'}, 1], got {value!r}")
+    if x < least:
+        raise ValueError(f"{name} must be >= {least:g} (no kernel reaches less), got {value!r}")
     return x
 
 
@@ -529,6 +567,8 @@ def rank(table: pd.DataFrame) -> pd.DataFrame:
     broken by the lower ``ttft_p99_s``, then by ``label``; ``rank`` set to 1, 2, ..."""
     _columns(table, ("status", "usd_per_mtok", "ttft_p99_s", "label"))
     ranked = table.loc[table["status"] == "ranked"].copy()
+    _numbers(ranked, ("usd_per_mtok",))
+    _numbers(ranked, ("ttft_p99_s",), allow_inf=True)
     ranked = ranked.sort_values(["usd_per_mtok", "ttft_p99_s", "label"], kind="mergesort")
     ranked["rank"] = np.arange(1, len(ranked) + 1)
     return ranked
@@ -539,9 +579,12 @@ def pareto_front(table: pd.DataFrame, x: str = "usd_per_mtok",
     """Boolean mask of the rows no other row beats on both ``x`` and ``y`` (lower is
     better for both; a row equal on both to another is on the front with it). Rows with a
     NaN in either column are never on the front."""
-    _columns(table, (x, y))
-    xs = table[x].to_numpy(dtype=float)
-    ys = table[y].to_numpy(dtype=float)
+    for name, column in (("x", x), ("y", y)):
+        if not isinstance(column, str):
+            raise ValueError(f"{name} must be a column name, got {column!r}")
+        _columns(table, (column,), name)
+    xs = _as_float(table, x)
+    ys = _as_float(table, y)
     ok = ~(np.isnan(xs) | np.isnan(ys))
     front = np.zeros(len(table), dtype=bool)
     for i in np.flatnonzero(ok):
@@ -550,12 +593,31 @@ def pareto_front(table: pd.DataFrame, x: str = "usd_per_mtok",
     return pd.Series(front, index=table.index, name="pareto")
 
 
-def _columns(table, names) -> None:
+def _columns(table, names, param: str = "table") -> None:
     if not isinstance(table, pd.DataFrame):
         raise ValueError(f"table must be a pandas DataFrame, got {type(table).__name__}")
     missing = [c for c in names if c not in table.columns]
     if missing:
-        raise ValueError(f"table lacks the column(s) {', '.join(missing)}")
+        raise ValueError(f"{param}: table lacks the column(s) {', '.join(missing)}")
+
+
+def _as_float(table: pd.DataFrame, column: str) -> np.ndarray:
+    try:
+        return table[column].to_numpy(dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"table column {column} must hold numbers") from None
+
+
+def _numbers(table: pd.DataFrame, columns, allow_inf: bool = False) -> None:
+    """Ranked rows' ``columns`` must be numbers >= 0 (finite unless ``allow_inf``)."""
+    _columns(table, columns)
+    for column in columns:
+        values = _as_float(table, column)
+        ok = (values >= 0) & (np.isfinite(values) | allow_inf)
+        if not ok.all():
+            raise ValueError(f"table column {column} must hold numbers >= 0"
+                             f"{'' if allow_inf else ' (finite)'} in ranked rows, got "
+                             f"{values[~ok][0]!r}")
 
 
 def _money(x: float) -> str:
@@ -567,6 +629,8 @@ def conclusion(table: pd.DataFrame) -> str:
     they are separated (module docstring: the cheapest's ``usd_per_mtok_high`` below
     the runner-up's ``min_separating`` cost, its lowest still possible)."""
     ranked = rank(table)
+    _numbers(ranked, ("replicas", "spares", "gpus", "usd_per_hour", "usd_per_mtok_low",
+                      "usd_per_mtok_high", "min_separating_usd_per_mtok"))
     if ranked.empty:
         return "No configuration meets the SLO at this rate (see the refused, pruned and failed rows)."
     best = ranked.iloc[0]
@@ -578,8 +642,7 @@ def conclusion(table: pd.DataFrame) -> str:
         return head + "; no other configuration meets the SLO."
     second = ranked.iloc[1]
     gap = second["usd_per_mtok"] / best["usd_per_mtok"] - 1
-    floor = second["min_separating_usd_per_mtok"] if "min_separating_usd_per_mtok" in ranked \
-        else second["usd_per_mtok_low"]
+    floor = second["min_separating_usd_per_mtok"]
     separated = best["usd_per_mtok_high"] < floor
     verdict = ("separated: the runner-up costs more even at its lowest still possible "
                f"cost, {_money(floor)}" if separated else
@@ -729,11 +792,15 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
         raise ValueError(f"prune must be True or False, got {prune!r}")
     wave = _check.whole("wave", wave)
     parallel.resolve(executor)                  # raises ValueError naming executor
+    check_fleet(Replica(), 1, router, policy)   # raises ValueError naming router / policy
+    if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
+        raise ValueError(f"cache_dir must be a directory path or None, got {cache_dir!r}")
     if progress is not None and not callable(progress):
         raise ValueError(f"progress must be callable or None, got {progress!r}")
     table = resolve_prices(prices, price_overrides)
     price_of = dict(zip(table["gpu"], table["usd_per_gpu_hour"], strict=True))
-    names = list(price_of) if gpus is None else [_known_gpu(g) for g in _choices("gpus", gpus)]
+    names = (list(price_of) if gpus is None
+             else [_known_gpu(g, "gpus") for g in _choices("gpus", gpus)])
     unpriced = [g for g in names if g not in price_of]
     if unpriced:
         raise ValueError(f"gpus: no price for {', '.join(unpriced)} (add it to the prices "
@@ -753,9 +820,10 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
                    holds=_check.positive("holds", holds),
                    min_requests=_check.whole("min_requests", min_requests, minimum=100),
                    max_replicas=_check.whole("max_replicas", max_replicas),
-                   flops_efficiency=_fraction("flops_efficiency", flops_efficiency),
+                   flops_efficiency=_fraction("flops_efficiency", flops_efficiency,
+                                              least=MIN_EFFICIENCY),
                    bandwidth_efficiency=_fraction("bandwidth_efficiency",
-                                                           bandwidth_efficiency),
+                                                  bandwidth_efficiency, least=MIN_EFFICIENCY),
                    gpu_memory_utilization=_fraction("gpu_memory_utilization",
                                                              gpu_memory_utilization))
     planning._design(ctx.confidence, ctx.budget, ctx.holds, ctx.min_requests, ctx.seed,
@@ -781,8 +849,11 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
             found = planning.infeasible(requests, replica, ctx.limits, ctx.target)
             if found is not None:
                 raise ValueError(f"no fleet can meet the target {ctx.target:g}: {found[1]}")
-            per = planning.fluid_rate(requests, replica)
-            fluid_min = math.floor(lam / per) + 1
+            ratio = lam / planning.fluid_rate(requests, replica)
+            if not ratio < ctx.max_replicas:
+                raise ValueError(f"the fluid bound needs more than max_replicas="
+                                 f"{ctx.max_replicas} replicas ({ratio:.4g} busy)")
+            fluid_min = math.floor(ratio) + 1
             row["fluid_min"] = fluid_min
             row["min_usd_per_mtok"] = usd_per_mtok((fluid_min + ctx.spares) * cfg.tp * price,
                                                    lam, 1.0, mean_out)
@@ -846,14 +917,14 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
         simulated += len(todo)
 
     frame = pd.DataFrame(rows)
-    for column in (*RESULT_COLUMNS, "min_separating_usd_per_mtok"):
+    for column in RESULT_COLUMNS:
         if column not in frame:
             frame[column] = np.nan
     ranked = rank(frame)
     frame["rank"] = np.nan
     frame.loc[ranked.index, "rank"] = ranked["rank"]
     frame["pareto"] = pareto_front(frame.where(frame["status"] == "ranked"))
-    frame = frame[[*RESULT_COLUMNS, "min_separating_usd_per_mtok"]]
+    frame = frame[list(RESULT_COLUMNS)]
     used = table[table["gpu"].isin(names)].reset_index(drop=True)
     return SearchResult(table=frame, prices=used, rate=lam, model=label,
                         workload=str(requests) if isinstance(requests, planning.PoissonWorkload)
