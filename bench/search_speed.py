@@ -29,13 +29,14 @@ import resource
 import tempfile
 import time
 
-from servingcap import configsearch, planning, roofline
+from servingcap import configsearch, parallel, planning, roofline
 
 TARGET_S = 600.0
 
 
 def cpu_s() -> float:
-    """CPU seconds of this process and its finished children (pool workers)."""
+    """CPU seconds of this process and its joined children (the pool's workers, joined
+    after each run)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
@@ -58,7 +59,9 @@ def run(args, cache: str, prune: bool):
         limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99, spares=1,
         budget=args.budget, holds=args.holds, min_requests=args.min_requests,
         prune=prune, cache_dir=cache, progress=progress)
-    return result, time.perf_counter() - start, cpu_s() - cpu
+    wall = time.perf_counter() - start
+    parallel._shutdown()        # join the pool's workers so their CPU time is counted
+    return result, wall, cpu_s() - cpu
 
 
 def main() -> None:

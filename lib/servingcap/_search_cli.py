@@ -293,15 +293,17 @@ def render(result, s: dict) -> str:
         f"{result.from_cache} read from the cache",
         "",
         f"{'rank':>4}  {'configuration':<34} {'replicas':>9} {'GPUs':>5} {'$/hour':>9} "
-        f"{'$/M good tokens (CI)':>22} {'attainment':>10} {'TTFT p99':>9} {'TPOT p99':>9}  "
+        f"{'$/M good tokens (CI)':>22} {'attainment (CI)':>24} {'TTFT p99':>9} {'TPOT p99':>9}  "
         "one size below",
     ]
     for row in result.ranked.itertuples():
         star = "*" if row.pareto else " "
         ci = f"{row.usd_per_mtok:.3g} ({row.usd_per_mtok_low:.3g}-{row.usd_per_mtok_high:.3g})"
+        att = (f"{row.attainment:.2%} ({100 * row.attainment_low:.2f}-"
+               f"{100 * row.attainment_high:.2f}%)")
         lines.append(
             f"{row.rank:>4}{star} {row.label:<34} {int(row.replicas):>4} + {int(row.spares)} "
-            f"{int(row.gpus):>5} {row.usd_per_hour:>9.2f} {ci:>22} {row.attainment:>10.2%} "
+            f"{int(row.gpus):>5} {row.usd_per_hour:>9.2f} {ci:>22} {att:>24} "
             f"{_ms(row.ttft_p99_s):>9} {_ms(row.tpot_p99_s):>9}  {row.below_verdict}")
     lines.append("   (* on the Pareto front of cost per million good tokens vs p99 TTFT)")
     for status in ("refused", "pruned", "failed"):
