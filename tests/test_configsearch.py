@@ -265,6 +265,9 @@ BASE = ["--model-config", "Llama-3.1-8B", "--rate", "2", "--prompt-tokens", "200
     (["--gpus", "L40S,,H200"], "--gpus"),
     (["--gpus", "A100-80GB", "--dtypes", "fp8"], "--dtypes"),
     (["--tp", "0"], "--tp"),
+    (["--wave", "0"], "--wave"),
+    (["--price", "B300=1"], "--price"),
+    (["--no-cache", "--cache-dir", "x"], "--cache-dir"),
     (["--output", "x.txt"], "--output"),
     (["--plot", "x.svg"], "--plot"),
 ])
@@ -296,11 +299,15 @@ def test_cli_refuses_missing_price_and_a_model_that_fits_nowhere(capsys, tmp_pat
 
 def test_cli_report_output_and_plot(capsys, tmp_path):
     out_json, plot = tmp_path / "r.json", tmp_path / "r.png"
-    code, out, err = _cli(capsys, *BASE, "--gpus", "L40S", "--tp", "1,2", "--price",
-                          "L40S=1", "--output", str(out_json), "--plot", str(plot))
+    # the command line has no --min-requests: each replication is 2,000 requests, so the
+    # requests are kept tiny here (the report's numbers are not the point)
+    code, out, err = _cli(capsys, *BASE, "--gpus", "L40S", "--tp", "1,3", "--price",
+                          "L40S=1", "--prompt-tokens", "50", "--output-tokens", "2",
+                          "--output", str(out_json), "--plot", str(plot))
     assert code == 0, err
     assert "  L40S         1.000  command line (no date)" in out
     assert "Cheapest: L40S tp1 bf16 mixed/512 B8" in out
     data = json.loads(out_json.read_text())
+    assert "Refused:\n  L40S tp3 bf16 mixed/512 B8: num_attention_heads 32" in out
     assert len(data["configurations"]) == 2 and data["conclusion"].startswith("Cheapest")
     assert plot.stat().st_size > 1000

@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{BANDWIDTH_EFFICIENCY}, measured)")
     g.add_argument("--no-prune", dest="prune", action="store_const", const=False, default=S,
                    help="simulate every configuration that fits (no fluid-bound pruning)")
+    g.add_argument("--wave", type=str, metavar="N", default=S,
+                   help="configurations simulated between two pruning decisions (default 4; "
+                        "fixed, so the answer does not depend on --workers or --scheduler)")
     g = p.add_argument_group("prices")
     g.add_argument("--prices", type=str, metavar="FILE", default=S,
                    help="price CSV (gpu, usd_per_gpu_hour, source, date); default: the "
@@ -257,6 +260,7 @@ def settings(given: dict) -> dict:
         "holds": cli._number("holds", o["holds"]),
         "max_replicas": cli._whole("max_replicas", o["max_replicas"]),
         "prune": given.get("prune", True), "cache_dir": cache, **fractions,
+        "wave": cli._whole("wave", given.get("wave", 4)),
         "output": None if "output" not in given else _path("output", given["output"],
                                                            (".csv", ".json")),
         "plot": None if "plot" not in given else _path("plot", given["plot"], (".png",)),
@@ -310,7 +314,8 @@ def render(result, s: dict) -> str:
         rows = t.loc[t["status"] == status]
         if len(rows):
             lines.append(f"{status.capitalize()}:")
-            lines += [f"  {r.label}: {r.reason}" for r in rows.itertuples()]
+            lines += [f"  {r.label}: {r.reason.removeprefix('pruned: ')}"
+                      for r in rows.itertuples()]
     lines += ["", result.conclusion]
     return "\n".join(lines)
 
@@ -411,7 +416,7 @@ def main(argv=None) -> int:
         return 2
     keys = ("model", "requests", "rate", "gpus", "tps", "dtypes", "modes", "budgets",
             "max_batches", "prices", "limits", "target", "router", "policy", "spares",
-            "seed", "confidence", "budget", "delta", "holds", "max_replicas", "prune",
+            "seed", "confidence", "budget", "delta", "holds", "max_replicas", "prune", "wave",
             "cache_dir", "flops_efficiency", "bandwidth_efficiency",
             "gpu_memory_utilization")
     kwargs = {k: s[k] for k in keys if k in s}

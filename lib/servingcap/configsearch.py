@@ -741,7 +741,7 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
            flops_efficiency: float = FLOPS_EFFICIENCY,
            bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
            gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-           prune: bool = True, wave: int = 8, executor=parallel.AUTO, cache_dir=None,
+           prune: bool = True, wave: int = 4, executor=parallel.AUTO, cache_dir=None,
            progress: Callable | None = None) -> SearchResult:
     """The cheapest configuration of ``model`` serving ``requests`` at ``rate`` req/s.
 
