@@ -639,7 +639,7 @@ ENTRIES = [
       router="jsq", policy="fcfs", spares=1, seed=0, confidence=0.95, budget=2, delta=0.0025,
       holds=1.0, min_requests=100, max_replicas=64, flops_efficiency=0.62,
       bandwidth_efficiency=0.55, gpu_memory_utilization=0.9, prune=True, wave=1,
-      executor=None, cache_dir=None, progress=None),
+      executor=None, progress=None),     # cache_dir left out: "x" would be a valid directory
     E("configsearch.grid", configsearch.grid, gpus=["L40S", "H100-SXM"], tps=[1, 2],
       dtypes=["bf16", "fp8"], modes=["mixed"], budgets=[512], max_batches=[8]),
     E("configsearch.Config", configsearch.Config, gpu="L40S", tp=1, dtype="bf16",
