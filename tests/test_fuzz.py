@@ -54,6 +54,7 @@ from servingcap import (  # noqa: E402
     autoscale,
     baddays,
     calibrate,
+    configsearch,
     control,
     costmodel,
     disagg,
@@ -93,7 +94,7 @@ FUZZED_MODULES = ("queues", "sim", "traffic", "llm", "slo", "fleet", "kvcache",
                   "params", "stats", "oplaws", "roofline",
                   "profiles", "costmodel", "parallel",
                   "calibrate", "disagg", "planning", "routers", "memory", "router_study",
-                  "sweepcli")
+                  "sweepcli", "configsearch")
 DEADLINE_S = 1.0
 # An entry that runs simulations (heavy) gets more time: a planning call decides each
 # point by a sequential check over several replications, and on a shared 2-core machine
@@ -161,6 +162,11 @@ FANOUT_RUN = agents.simulate_fanout(agents.FanOut(), 120.0, 1)
 FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA, replicas=n),
                                     1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
+SEARCH_TABLE = pd.DataFrame({
+    "label": ["a", "b"], "status": ["ranked", "ranked"], "usd_per_mtok": [1.0, 1.5],
+    "ttft_p99_s": [0.2, 0.1], "replicas": [2, 3], "spares": [1, 1], "gpus": [3, 4],
+    "usd_per_hour": [3.0, 4.0], "usd_per_mtok_low": [0.9, 1.4], "usd_per_mtok_high": [1.1, 1.6],
+    "min_separating_usd_per_mtok": [0.8, 1.2]})
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
 VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
@@ -635,6 +641,34 @@ ENTRIES = [
     E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:
       ROOF.largest_chunk(budget_s, batch, context_tokens, cached_tokens), budget_s=0.05,
       batch=32, context_tokens=2300.0, cached_tokens=0),
+    # configsearch (a tiny grid: one configuration, 2 replications of >= 100 requests)
+    E("configsearch.search", configsearch.search, heavy=True, allow_nan=True, allow_inf=True,
+      model="Llama-3.1-8B", requests=planning.PoissonWorkload(100, 10), rate=1.0,
+      gpus=["L40S"], tps=[1],
+      dtypes=["bf16"], modes=["mixed"], budgets=[512], max_batches=[8],
+      prices=configsearch.load_prices().query("gpu == 'L40S'").reset_index(drop=True),
+      price_overrides={"L40S": 1.0}, limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99,
+      router="jsq", policy="fcfs", spares=1, seed=0, confidence=0.95, budget=2, delta=0.0025,
+      holds=1.0, min_requests=100, max_replicas=64, flops_efficiency=0.62,
+      bandwidth_efficiency=0.55, gpu_memory_utilization=0.9, prune=True, wave=1,
+      executor=None, progress=None),     # cache_dir left out: "x" would be a valid directory
+    E("configsearch.grid", configsearch.grid, gpus=["L40S", "H100-SXM"], tps=[1, 2],
+      dtypes=["bf16", "fp8"], modes=["mixed"], budgets=[512], max_batches=[8]),
+    E("configsearch.Config", configsearch.Config, gpu="L40S", tp=1, dtype="bf16",
+      mode="mixed", max_batched_tokens=512, max_batch=8),
+    E("configsearch.load_model", configsearch.load_model, model="Llama-3.1-8B"),
+    E("configsearch.load_prices", configsearch.load_prices, path=None),
+    E("configsearch.resolve_prices", configsearch.resolve_prices, prices=None,
+      price_overrides={"L40S": 1.0}),
+    E("configsearch.parse_price", configsearch.parse_price, price="L40S=1.5"),
+    E("configsearch.usd_per_mtok", configsearch.usd_per_mtok, allow_inf=True,
+      usd_per_hour=20.0, rate=10.0,
+      attainment=0.99, mean_output_tokens=300.0),
+    E("configsearch.rank", configsearch.rank, allow_inf=True, allow_nan=True,
+      table=SEARCH_TABLE),
+    E("configsearch.pareto_front", configsearch.pareto_front, table=SEARCH_TABLE,
+      x="usd_per_mtok", y="ttft_p99_s"),
+    E("configsearch.conclusion", configsearch.conclusion, table=SEARCH_TABLE),
     # memory
     E("memory.memory_plan", memory.memory_plan, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
       gpu_memory_utilization=0.9, fp8=False, reserve_gib=3.0, block_tokens=16),
@@ -937,6 +971,7 @@ NOT_ENTRY_POINTS = {
     "planning.CapacityResult", "planning.CurveKnee", "planning.FleetResult", "planning.Plan",
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
     "routers.Router",            # built by serving.simulate on its engines; fuzzed there
+    "configsearch.SearchResult",  # returned by configsearch.search
 }
 
 

@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
             "--output-tokens 300 \\\n      --ttft-p99-ms 1000 --tpot-p99-ms 50 --max-batch 32"),
     )
     commands.add_parser(
+        "search", add_help=False,
+        help="find the cheapest GPU / parallelism / mode / batch configuration that meets "
+             "the SLO (python -m servingcap search --help)")
+    commands.add_parser(
         "calibrate", add_help=False,
         help="fit the simulator's step cost to a `vllm bench serve --save-result "
              "--save-detailed` JSON file (python -m servingcap calibrate --help)")
@@ -1536,6 +1540,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "calibrate":
         from .calibrate import main as calibrate
         return calibrate(argv[1:])
+    if argv and argv[0] == "search":
+        from ._search_cli import main as search
+        return search(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "sweep":

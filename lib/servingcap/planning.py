@@ -647,7 +647,8 @@ def slo_floor(requests, replica: Replica, limits=None) -> pd.DataFrame:
     outputs = ref["output_tokens"].to_numpy(dtype=np.int64)
     idle = {p: _idle_prefill(rep, p) for p in np.unique(prompts).tolist()}
     ttft = np.array([idle[p] for p in prompts.tolist()])
-    tpot = np.array([_step_cost(rep, 0.0, 1, float(p)) if o > 1 else 0.0
+    alone = {p: _step_cost(rep, 0.0, 1, float(p)) for p in np.unique(prompts).tolist()}
+    tpot = np.array([alone[p] if o > 1 else 0.0
                      for p, o in zip(prompts.tolist(), outputs.tolist(), strict=True)])
     meets = np.ones(len(ref), dtype=bool)
     if _seconds(lim.get("ttft_s")):

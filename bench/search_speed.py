@@ -1,0 +1,111 @@
+"""Benchmark of the configuration search (:mod:`servingcap.configsearch`), issue 24.
+
+Target: a grid of at least 48 configurations at 30 req/s in under 10 minutes on this
+2-core machine. The grid: Llama-3.1-8B on the 6 GPUs of ``data/gpus.csv`` x TP 1, 2, 4
+x bf16 / fp8 (where the GPU has fp8) x token budgets 512 and 2,048 (mixed mode, 32
+slots) = 60 configurations; the book's workload (2,000-token prompts, 300-token
+outputs), TTFT <= 1 s and TPOT <= 50 ms for 99 % of requests, 1 spare, the shipped
+prices.
+
+Two runs:
+
+1. **with pruning**, into a fresh cache directory: wall time, CPU time (this process
+   and its pool workers), configurations simulated / pruned / refused, the answer;
+2. **without pruning**, on the same cache: it reads every configuration run 1
+   simulated and simulates only those run 1 pruned, so its wall time is what pruning
+   saved (plus cache reads), and its answer must equal run 1's (pruning never drops the
+   cheapest configuration).
+
+Statistics are reduced by default (2 hold times and at least 300 requests per replication,
+up to 10 replications, instead of ``plan``'s 20 / 2,000 / 16): this machine is shared by
+several jobs, and the benchmark times the search machinery (pruning, waves, cache,
+executor), not the statistics. Measured 2026-12-02 on the shared 2-core machine (load
+average 2.5-5 from other jobs), ``bench/search_speed.py`` with these defaults: 60
+configurations; with pruning (waves of 4) 62 s wall, 42 s CPU, 4 simulated, 56 pruned;
+the second run simulated the 56 pruned ones in 425 s wall (507 s CPU), so the whole grid
+without pruning takes about 487 s and pruning saved about 425 s (87 %); same cheapest
+configuration (L40S tp1 fp8, 10 + 1 replicas). An earlier run under load average 8-10
+with waves of 8: 223 s with pruning (8 simulated, 52 pruned), 1,341 s for the 52 pruned.
+
+Not run by CI (minutes). Usage::
+
+    .venv/bin/python bench/search_speed.py                   # defaults below
+    .venv/bin/python bench/search_speed.py --holds 20 --budget 16 --min-requests 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+
+from servingcap import configsearch, parallel, planning, roofline
+
+TARGET_S = 600.0
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its joined children (the pool's workers, joined
+    after each run)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run(args, cache: str, prune: bool):
+    start, cpu = time.perf_counter(), cpu_s()
+    ticks = []
+
+    def progress(row):
+        ticks.append(time.perf_counter() - start)
+        if args.verbose:
+            print(f"  {ticks[-1]:7.1f} s  {row['label']:<34} {row['status']:<8} "
+                  f"{row.get('replicas', '')}", flush=True)
+
+    result = configsearch.search(
+        "Llama-3.1-8B", planning.PoissonWorkload(2000, 300), args.rate,
+        gpus=list(roofline.gpu_table()["gpu"]), tps=(1, 2, 4), dtypes=("bf16", "fp8"),
+        modes=("mixed",), budgets=(512, 2048), max_batches=(32,),
+        limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99, spares=1,
+        budget=args.budget, holds=args.holds, min_requests=args.min_requests,
+        prune=prune, cache_dir=cache, progress=progress)
+    wall = time.perf_counter() - start
+    parallel._shutdown()        # join the pool's workers so their CPU time is counted
+    return result, wall, cpu_s() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=30.0)
+    parser.add_argument("--holds", type=float, default=2.0)
+    parser.add_argument("--budget", type=int, default=10)
+    parser.add_argument("--min-requests", type=int, default=300)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as cache:
+        first, wall1, cpu1 = run(args, cache, prune=True)
+        t = first.table
+        n = len(t)
+        print(f"grid: {n} configurations at {args.rate:g} req/s (holds {args.holds:g}, "
+              f"budget {args.budget}, min_requests {args.min_requests})")
+        print(f"with pruning: {wall1:.0f} s wall, {cpu1:.0f} s CPU; simulated "
+              f"{first.simulated}, pruned {first.pruned}, refused "
+              f"{int((t['status'] == 'refused').sum())}, failed "
+              f"{int((t['status'] == 'failed').sum())}; target {TARGET_S:.0f} s: "
+              f"{'met' if wall1 < TARGET_S else 'MISSED'}")
+        print("  " + first.conclusion)
+        second, wall2, cpu2 = run(args, cache, prune=False)
+        print(f"without pruning (same cache: simulates only what was pruned): {wall2:.0f} s "
+              f"wall, {cpu2:.0f} s CPU for {second.simulated} configurations, "
+              f"{second.from_cache} from the cache -> pruning saved about {wall2:.0f} s")
+        same = (first.ranked["label"].iloc[0] == second.ranked["label"].iloc[0]
+                if len(first.ranked) and len(second.ranked) else len(second.ranked) == 0)
+        print(f"same cheapest configuration with and without pruning: {same}")
+        print(first.ranked[["rank", "label", "replicas", "gpus", "usd_per_hour",
+                            "usd_per_mtok", "ttft_p99_s", "pareto"]].head(10).to_string(
+                                index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,467 @@
+"""Command line: ``python -m servingcap search``, the cost-optimal configuration search.
+
+Traffic, SLO, fleet and statistics options are the ``plan`` command's own (their argparse
+actions are copied from its parser, so the help and the validation match); the grid,
+prices, cache and outputs are this command's. Bad input exits with status 2 and a
+one-line message naming the option. The search itself is
+:func:`servingcap.configsearch.search`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from . import __main__ as cli
+
+PROG = f"{cli.PROG} search"
+
+# plan options this command takes, by argparse group title
+_PLAN_OPTIONS = {
+    "traffic": ("rate", "requests", "prompt_tokens", "prompt_dist", "output_tokens",
+                "output_dist", "trace"),
+    "service-level objective": ("ttft_p99_ms", "tpot_p99_ms", "target"),
+    "fleet": ("router", "policy", "spares", "max_replicas"),
+    "simulation and statistics": ("budget", "confidence", "indifference", "holds", "seed",
+                                  "workers", "scheduler", "progress"),
+}
+DEFAULT_CACHE = ".servingcap-cache"
+
+
+def _plan_parser() -> argparse.ArgumentParser:
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["plan"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .configsearch import DTYPES, TP_DEGREES
+    from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, gpu_table, model_names
+
+    S = argparse.SUPPRESS
+    p = cli._Parser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Find the cheapest serving configuration (GPU, tensor parallelism, weight dtype,\n"
+            "scheduling mode and token budget, batch slots) that meets the SLO at --rate.\n\n"
+            "Each configuration of the grid is checked for memory (weights, runtime reserve\n"
+            "and --max-batch sequences of KV at the workload's mean context; refusals are\n"
+            "listed with their reason), bounded below by the fluid throughput bound\n"
+            "(configurations whose bound already costs more than the best found are pruned,\n"
+            "not simulated), then sized by the plan command's decided search (smallest\n"
+            "replica count shown to meet --target). Cost = (replicas + spares) x tp x the\n"
+            "GPU's price; $ per million good output tokens = $/hour x 1e6 / (3600 x rate x\n"
+            "attainment x mean output tokens). Ranked cheapest first (ties: lower p99 TTFT),\n"
+            "with the Pareto front of cost vs p99 TTFT and whether the cheapest is separated\n"
+            "from the runner-up. The step time is the roofline of --model-config on each GPU\n"
+            "(efficiencies 0.62 / 0.55 measured by default). Colocated replicas only; dense\n"
+            "models only (mixture-of-experts configs are refused)."),
+        epilog=("Example:\n  python -m servingcap search --model-config Llama-3.1-8B --rate 30 "
+                "\\\n      --gpus L40S,A100-80GB,H100-SXM --tp 1,2 --budgets 512,2048"))
+    plan = _plan_parser()
+    wanted = {name for names in _PLAN_OPTIONS.values() for name in names}
+    groups = {}
+    for group in plan._action_groups:
+        if group.title not in _PLAN_OPTIONS:
+            continue
+        target = groups.setdefault(group.title, p.add_argument_group(group.title))
+        for action in group._group_actions:
+            if action.dest in wanted:
+                target._add_action(action)
+    g = p.add_argument_group("configurations searched")
+    g.add_argument("--model-config", type=str, metavar="NAME|PATH", default=S,
+                   help="the model: a Hugging Face config.json of a dense model, or a shipped "
+                        "one (" + ", ".join(model_names()) + ") (required)")
+    g.add_argument("--gpus", type=str, metavar="LIST", default=S,
+                   help="comma-separated GPU names (" + ", ".join(map(str, gpu_table()["gpu"]))
+                        + "); default: every GPU with a price")
+    g.add_argument("--tp", type=str, metavar="LIST", default=S,
+                   help="tensor-parallel degrees, GPUs per replica (default "
+                        + ",".join(map(str, TP_DEGREES)) + "; kept where the heads divide)")
+    g.add_argument("--dtypes", type=str, metavar="LIST", default=S,
+                   help="weight dtypes: " + ", ".join(DTYPES) + " (fp8 only on GPUs with fp8 "
+                        "tensor cores; bf16 is the config's own dtype) (default bf16,fp8)")
+    g.add_argument("--modes", type=str, metavar="LIST", default=S,
+                   help="scheduling modes: mixed, combined, prefill_first (default mixed)")
+    g.add_argument("--budgets", type=str, metavar="LIST", default=S,
+                   help="token budgets per step, tokens (vLLM --max-num-batched-tokens) for "
+                        "mixed and prefill_first (default 2048)")
+    g.add_argument("--max-batch", type=str, metavar="LIST", default=S,
+                   help="batch slots per replica, sequences (default 32)")
+    g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
+                   help="fraction of each GPU's memory the engine may use, in (0, 1] "
+                        "(default 0.9)")
+    g.add_argument("--flops-efficiency", type=str, metavar="FRACTION", default=S,
+                   help=f"roofline: fraction of peak FLOP/s reached (default {FLOPS_EFFICIENCY}, "
+                        "measured)")
+    g.add_argument("--bandwidth-efficiency", type=str, metavar="FRACTION", default=S,
+                   help="roofline: fraction of HBM bandwidth reached (default "
+                        f"{BANDWIDTH_EFFICIENCY}, measured)")
+    g.add_argument("--no-prune", dest="prune", action="store_const", const=False, default=S,
+                   help="simulate every configuration that fits (no fluid-bound pruning)")
+    g.add_argument("--wave", type=str, metavar="N", default=S,
+                   help="configurations simulated between two pruning decisions (default 4; "
+                        "fixed, so the answer does not depend on --workers or --scheduler)")
+    g = p.add_argument_group("prices")
+    g.add_argument("--prices", type=str, metavar="FILE", default=S,
+                   help="price CSV (gpu, usd_per_gpu_hour, source, date); default: the "
+                        "shipped data/gpu_prices.csv")
+    g.add_argument("--price", type=str, metavar="GPU=USD", action="append", default=S,
+                   help="override one GPU's price, US dollars per GPU-hour (repeatable)")
+    g = p.add_argument_group("output")
+    g.add_argument("--output", type=str, metavar="FILE.csv|FILE.json", default=S,
+                   help="also write every configuration's row (.csv) or the whole result (.json)")
+    g.add_argument("--plot", type=str, metavar="FILE.png", default=S,
+                   help="plot cost per million good tokens vs p99 TTFT, Pareto front highlighted")
+    g.add_argument("--cache-dir", type=str, metavar="DIR", default=S,
+                   help="per-configuration result cache: an interrupted or repeated search "
+                        f"reuses it (default {DEFAULT_CACHE})")
+    g.add_argument("--no-cache", dest="cache", action="store_const", const=False, default=S,
+                   help="neither read nor write the cache")
+    return p
+
+
+def _list(name: str, value, kind=str) -> list:
+    items = [s.strip() for s in str(value).split(",")] if value is not None else []
+    if not items or any(not s for s in items):
+        raise cli._bad(name, value, "must be a comma-separated list with no empty item")
+    if kind is int:
+        return [cli._whole(name, s) for s in items]
+    return items
+
+
+def _path(name: str, value, suffixes) -> str:
+    if not isinstance(value, str) or Path(value).suffix.lower() not in suffixes:
+        raise cli._bad(name, value, f"must be a file name ending in {' or '.join(suffixes)}")
+    if not Path(value).resolve().parent.is_dir():
+        raise cli._bad(name, value, "must be in an existing directory")
+    return value
+
+
+def settings(given: dict) -> dict:
+    """Validated keyword arguments of :func:`servingcap.configsearch.search`, plus
+    ``output``, ``plot``, ``progress``, ``scheduler``, ``workers`` and ``text`` (the
+    workload in words)."""
+    from .configsearch import DTYPES, load_model, parse_price, resolve_prices
+    from .planning import PoissonWorkload
+    from .roofline import gpu_table
+    from .serving import MODES, ROUTERS
+
+    o = {**cli.DEFAULTS, **given}
+    if "model_config" not in given:
+        raise cli.InputError("--model-config is required (a config.json or a shipped name)")
+    try:
+        load_model(given["model_config"])
+    except ValueError as exc:
+        raise cli.InputError(f"--model-config: {exc}") from None
+    rate = cli._number("rate", o["rate"])
+    for short, dist in (("prompt_tokens", "prompt_dist"), ("output_tokens", "output_dist")):
+        if short in given and dist in given:
+            raise cli.InputError(f"{cli._option(short)} and {cli._option(dist)} are "
+                                 "alternatives; give one")
+    if o["trace"] is not None:
+        for name in ("prompt_tokens", "prompt_dist", "output_tokens", "output_dist"):
+            if name in given:
+                raise cli.InputError(f"{cli._option(name)} cannot be combined with --trace")
+        n = None if o["requests"] is None else cli._whole("requests", o["requests"], minimum=2)
+        requests, text = cli._trace_requests(o["trace"], n)
+    else:
+        if o["requests"] is not None:
+            raise cli._bad("requests", o["requests"], "applies only to --trace")
+        prompt = (cli.parse_dist("prompt_tokens", o["prompt_tokens"]) if "prompt_tokens" in given
+                  else cli.parse_dist("prompt_dist", o["prompt_dist"]))
+        output = (cli.parse_dist("output_tokens", o["output_tokens"]) if "output_tokens" in given
+                  else cli.parse_dist("output_dist", o["output_dist"]))
+        requests = PoissonWorkload(prompt, output)
+        text = str(requests)
+    known = {str(g).lower(): str(g) for g in gpu_table()["gpu"]}
+    gpus = None
+    if "gpus" in given:
+        gpus = []
+        for name in _list("gpus", given["gpus"]):
+            if name.lower() not in known:
+                raise cli._bad("gpus", given["gpus"], f"names the unknown GPU {name!r} "
+                               f"(known: {', '.join(known.values())})")
+            gpus.append(known[name.lower()])
+    dtypes = _list("dtypes", given.get("dtypes", "bf16,fp8"))
+    for d in dtypes:
+        if d not in DTYPES:
+            raise cli._bad("dtypes", given.get("dtypes"), f"must list {' / '.join(DTYPES)}")
+    modes = _list("modes", given.get("modes", "mixed"))
+    for m in modes:
+        if m not in MODES:
+            raise cli._bad("modes", given.get("modes"), f"must list modes from {', '.join(MODES)}")
+    overrides = {}
+    for text_price in given.get("price", []) or []:
+        try:
+            name, value = parse_price(text_price)
+        except ValueError as exc:
+            raise cli.InputError(f"--price: {exc}") from None
+        if name.lower() not in known:
+            raise cli._bad("price", text_price, f"names the unknown GPU {name!r}")
+        overrides[known[name.lower()]] = value
+    try:
+        prices = resolve_prices(given.get("prices"), overrides)
+    except ValueError as exc:
+        option = "--prices" if "prices" in given else "--price"
+        raise cli.InputError(f"{option}: {exc}") from None
+    priced = set(prices["gpu"])
+    if gpus is not None:
+        missing = [g for g in gpus if g not in priced]
+        if missing:
+            raise cli._bad("gpus", given["gpus"], f"includes {', '.join(missing)} without a "
+                           "price (add it with --price GPU=USD or --prices FILE, or leave it out)")
+    router = o["router"]
+    if router not in ROUTERS:
+        raise cli._bad("router", router, f"must be one of {', '.join(ROUTERS)}")
+    policy = o["policy"]
+    if policy not in ("fcfs", "sjf", "srpt"):
+        raise cli._bad("policy", policy, "must be one of fcfs, sjf, srpt")
+    confidence = cli._number("confidence", o["confidence"])
+    if not 0.5 < confidence < 1:
+        raise cli._bad("confidence", o["confidence"], "must be in (0.5, 1)")
+    zone = cli._number("indifference", o["indifference"])
+    if zone >= 50:
+        raise cli._bad("indifference", o["indifference"], "must be < 50 percentage points")
+    fractions = {}
+    for name, default in (("gpu_memory_utilization", 0.9), ("flops_efficiency", None),
+                          ("bandwidth_efficiency", None)):
+        if name in given:
+            fractions[name] = cli._number(name, given[name], upper=1.0)
+        elif default is not None:
+            fractions[name] = default
+    workers = None if o["workers"] is None else cli._whole("workers", o["workers"])
+    scheduler = o["scheduler"]
+    if scheduler is not None and workers is not None:
+        raise cli.InputError("--workers and --scheduler are alternatives; give one")
+    cache = None
+    if given.get("cache", True) is not False:
+        cache = given.get("cache_dir", DEFAULT_CACHE)
+        if not isinstance(cache, str) or not cache.strip():
+            raise cli._bad("cache_dir", cache, "must be a directory path")
+    elif "cache_dir" in given:
+        raise cli.InputError("--cache-dir and --no-cache are alternatives; give one")
+    return {
+        "model": given["model_config"], "requests": requests, "rate": rate,
+        "gpus": gpus, "tps": _list("tp", given["tp"], int) if "tp" in given else (1, 2, 4, 8),
+        "dtypes": dtypes, "modes": modes,
+        "budgets": _list("budgets", given["budgets"], int) if "budgets" in given else (2048,),
+        "max_batches": (_list("max_batch", given["max_batch"], int)
+                        if "max_batch" in given else (32,)),
+        "prices": prices,
+        "limits": {"ttft_s": cli._number("ttft_p99_ms", o["ttft_p99_ms"]) / 1000.0,
+                   "tpot_s": cli._number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0},
+        "target": cli._number("target", o["target"], upper=1.0), "router": router,
+        "policy": policy, "spares": cli._whole("spares", o["spares"], minimum=0),
+        "seed": cli._whole("seed", o["seed"], minimum=0), "confidence": confidence,
+        "budget": cli._whole("budget", o["budget"]), "delta": zone / 100.0,
+        "holds": cli._number("holds", o["holds"]),
+        "max_replicas": cli._whole("max_replicas", o["max_replicas"]),
+        "prune": given.get("prune", True), "cache_dir": cache, **fractions,
+        "wave": cli._whole("wave", given.get("wave", 4)),
+        "output": None if "output" not in given else _path("output", given["output"],
+                                                           (".csv", ".json")),
+        "plot": None if "plot" not in given else _path("plot", given["plot"], (".png",)),
+        "progress": cli._flag("progress", o["progress"]), "scheduler": scheduler,
+        "workers": workers, "text": text}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _ms(seconds) -> str:
+    return "n/a" if seconds is None or math.isnan(seconds) else f"{1000 * seconds:.0f} ms"
+
+
+def render(result, s: dict) -> str:
+    """The report printed by ``search`` (plain text)."""
+    t = result.table
+    counts = {k: int((t["status"] == k).sum()) for k in ("ranked", "refused", "pruned",
+                                                         "failed")}
+    lim = s["limits"]
+    lines = [
+        f"Configuration search: {result.model} at {result.rate:g} req/s ({s['text']})",
+        f"SLO: TTFT <= {_ms(lim['ttft_s'])} and TPOT <= {_ms(lim['tpot_s'])} for >= "
+        f"{s['target']:.1%} of requests; {s['spares']} spare replica(s) paid for; router "
+        f"{s['router']}, policy {s['policy']}",
+        f"Statistics: each size decided as in `plan` (up to {s['budget']} replications of "
+        f"{s['holds']:g} hold times, intervals {s['confidence']:.0%}, indifference "
+        f"+-{100 * s['delta']:.2g} points)",
+        "Prices used (US dollars per GPU-hour):",
+        *[f"  {row.gpu:<10} {row.usd_per_gpu_hour:>7.3f}  {row.source} ({row.date or 'no date'})"
+          for row in result.prices.itertuples()],
+        f"Grid: {len(t)} configurations: {counts['ranked']} meet, {counts['refused']} refused, "
+        f"{counts['pruned']} pruned, {counts['failed']} failed; {result.simulated} simulated, "
+        f"{result.from_cache} read from the cache",
+        "",
+        f"{'rank':>4}  {'configuration':<34} {'replicas':>9} {'GPUs':>5} {'$/hour':>9} "
+        f"{'$/M good tokens (CI)':>22} {'attainment (CI)':>24} {'TTFT p99':>9} {'TPOT p99':>9}  "
+        "one size below",
+    ]
+    for row in result.ranked.itertuples():
+        star = "*" if row.pareto else " "
+        ci = f"{row.usd_per_mtok:.3g} ({row.usd_per_mtok_low:.3g}-{row.usd_per_mtok_high:.3g})"
+        att = (f"{row.attainment:.2%} ({100 * row.attainment_low:.2f}-"
+               f"{100 * row.attainment_high:.2f}%)")
+        lines.append(
+            f"{row.rank:>4}{star} {row.label:<34} {int(row.replicas):>4} + {int(row.spares)} "
+            f"{int(row.gpus):>5} {row.usd_per_hour:>9.2f} {ci:>22} {att:>24} "
+            f"{_ms(row.ttft_p99_s):>9} {_ms(row.tpot_p99_s):>9}  {row.below_verdict}")
+    lines.append("   (* on the Pareto front of cost per million good tokens vs p99 TTFT)")
+    for status in ("refused", "pruned", "failed"):
+        rows = t.loc[t["status"] == status]
+        if len(rows):
+            lines.append(f"{status.capitalize()}:")
+            lines += [f"  {r.label}: {r.reason.removeprefix('pruned: ')}"
+                      for r in rows.itertuples()]
+    lines += ["", result.conclusion]
+    return "\n".join(lines)
+
+
+def plot(result, path: str) -> None:
+    """Cost per million good tokens vs p99 TTFT, every ranked configuration labelled, the
+    Pareto front drawn as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranked = result.ranked
+    fig, ax = plt.subplots(figsize=(8, 5))
+    other = ranked.loc[~ranked["pareto"]]
+    front = ranked.loc[ranked["pareto"]].sort_values("usd_per_mtok")
+    ax.scatter(other["usd_per_mtok"], 1000 * other["ttft_p99_s"], color="0.6",
+               label="meets the SLO")
+    ax.plot(front["usd_per_mtok"], 1000 * front["ttft_p99_s"], "o-", color="C3",
+            label="Pareto front")
+    for row in ranked.itertuples():
+        ax.annotate(row.label, (row.usd_per_mtok, 1000 * row.ttft_p99_s), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("US dollars per million good output tokens")
+    ax.set_ylabel("p99 TTFT (ms)")
+    ax.set_title(f"{result.model} at {result.rate:g} req/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_output(result, path: str) -> None:
+    import json
+
+    if path.lower().endswith(".json"):
+        Path(path).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    else:
+        result.table.to_csv(path, index=False)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _executor(s: dict):
+    from . import parallel
+
+    if s["scheduler"] is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise cli._bad("scheduler", s["scheduler"], "needs dask.distributed installed") from None
+        try:
+            client = Client(s["scheduler"], timeout=10)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise cli._bad("scheduler", s["scheduler"], f"could not be reached ({exc})") from None
+        return client, client.close
+    if s["workers"] == 1:
+        return None, lambda: None
+    if s["workers"] is None:
+        return parallel.AUTO, lambda: None
+    return parallel.local_pool(s["workers"]), lambda: None
+
+
+class _Bar:
+    """One tick per configuration (tqdm on stderr)."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc="configurations", unit=" config",
+                            file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def __call__(self, row: dict) -> None:
+        if self.bar is not None:
+            what = (f"{int(row['replicas'])} replicas" if row["status"] == "ranked"
+                    else row["status"])
+            self.bar.set_postfix_str(f"{row['label']}: {what}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(argv=None) -> int:
+    from .configsearch import grid, search
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    given = vars(args)
+    try:
+        s = settings(given)
+        executor, close = _executor(s)
+    except (cli.InputError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    keys = ("model", "requests", "rate", "gpus", "tps", "dtypes", "modes", "budgets",
+            "max_batches", "prices", "limits", "target", "router", "policy", "spares",
+            "seed", "confidence", "budget", "delta", "holds", "max_replicas", "prune", "wave",
+            "cache_dir", "flops_efficiency", "bandwidth_efficiency",
+            "gpu_memory_utilization")
+    kwargs = {k: s[k] for k in keys if k in s}
+    try:
+        names = s["gpus"] if s["gpus"] is not None else list(s["prices"]["gpu"])
+        total = len(grid(names, tps=s["tps"], dtypes=s["dtypes"], modes=s["modes"],
+                         budgets=s["budgets"], max_batches=s["max_batches"]))
+    except ValueError as exc:
+        close()
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if total == 0:
+        close()
+        print(f"{PROG}: error: --gpus/--dtypes leave an empty grid (fp8 needs a GPU with fp8 "
+              "tensor cores)", file=sys.stderr)
+        return 2
+    bar = _Bar(s["progress"], total)
+    try:
+        with cli._stopped_by_signals():
+            result = search(**kwargs, executor=executor, progress=bar)
+    except cli._Stopped as stop:
+        bar.close()
+        close()
+        print(f"{PROG}: stopped by {stop.name}; finished configurations are in the cache "
+              f"({s['cache_dir']}): run the same command again to resume", file=sys.stderr)
+        return 128 + stop.signum
+    except ValueError as exc:
+        bar.close()
+        close()
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    close()
+    t = result.table
+    if (t["status"] == "refused").all():
+        print(f"{PROG}: error: --model-config {s['model']} fits no configuration of the grid "
+              f"(first: {t['label'].iloc[0]}: {t['reason'].iloc[0]})", file=sys.stderr)
+        return 2
+    print(render(result, s))
+    try:
+        if s["output"] is not None:
+            write_output(result, s["output"])
+        if s["plot"] is not None:
+            plot(result, s["plot"])
+    except OSError as exc:
+        print(f"{PROG}: error: could not write an output file ({exc})", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,313 @@
+"""The configuration search (issue 24): refusals, pruning, ranking, prices, Dask, cache, CLI.
+
+Every simulated search here is tiny (200-token prompts, 20-token outputs, 2 replications
+of at least 100 requests, 8 slots), so the whole file runs in seconds; the answers are
+not meant as capacity numbers, only as the same answers by different routes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from servingcap import configsearch as cs
+from servingcap import planning
+from servingcap.__main__ import main
+from servingcap.roofline import gpu_table
+from servingcap.traffic import data_dir
+
+WORKLOAD = planning.PoissonWorkload(200, 20)
+SMALL = dict(dtypes=("bf16",), modes=("mixed",), budgets=(512,), max_batches=(8,),
+             limits={"ttft_s": 1.0, "tpot_s": 0.05}, budget=2, holds=1, min_requests=100)
+GRID = dict(gpus=["L40S", "A100-40GB"], tps=(1, 2))
+RATE = 12.0
+LLAMA = json.loads((data_dir() / "model_configs" / "Llama-3.1-8B.json").read_text())
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.drop(columns=["cached"]), b.drop(columns=["cached"]))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("search-cache")
+
+
+@pytest.fixture(scope="module")
+def serial(cache):
+    """The reference search: no pruning, in this process, filling the cache."""
+    return cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **SMALL, prune=False,
+                     executor=None, cache_dir=cache)
+
+
+# --------------------------------------------------------------------------- search
+
+
+def test_serial_search_ranks_every_fitting_configuration(serial):
+    t = serial.table
+    assert len(t) == 4 and serial.simulated == 4 and serial.from_cache == 0
+    assert (t["status"] == "ranked").all()
+    ranked = serial.ranked
+    assert list(ranked["rank"]) == [1, 2, 3, 4]
+    assert (np.diff(ranked["usd_per_mtok"]) >= 0).all()
+    for row in ranked.itertuples():
+        # GPUs = (replicas + spares) x tp; $/h = GPUs x price; $/Mtok by the formula
+        assert row.gpus == (row.replicas + row.spares) * row.tp
+        assert row.usd_per_hour == pytest.approx(row.gpus * row.usd_per_gpu_hour)
+        assert row.usd_per_mtok == pytest.approx(
+            row.usd_per_hour * 1e6 / (3600 * RATE * row.attainment * 20))
+        assert row.usd_per_mtok_low <= row.usd_per_mtok <= row.usd_per_mtok_high
+        assert row.replicas >= row.fluid_min and row.replicas_low <= row.replicas
+        assert row.min_usd_per_mtok <= row.usd_per_mtok + 1e-9
+    assert serial.conclusion.startswith(f"Cheapest: {ranked['label'].iloc[0]}")
+
+
+def test_cache_resume_simulates_nothing(serial, cache):
+    again = cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **SMALL, prune=False,
+                      executor=None, cache_dir=cache)
+    assert again.simulated == 0 and again.from_cache == 4
+    assert again.table["cached"].all()
+    _same(serial.table, again.table)
+
+
+def test_pruning_keeps_the_answer_and_skips_costlier_bounds(serial, tmp_path):
+    pruned = cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **SMALL, prune=True, wave=1,
+                       executor=None, cache_dir=tmp_path)
+    assert pruned.pruned >= 1
+    assert pruned.simulated + pruned.pruned == 4
+    best = pruned.ranked.iloc[0]
+    assert best["label"] == serial.ranked["label"].iloc[0]
+    assert best["usd_per_mtok"] == pytest.approx(serial.ranked["usd_per_mtok"].iloc[0])
+    skipped = pruned.table.loc[pruned.table["status"] == "pruned"]
+    assert (skipped["min_usd_per_mtok"] > best["usd_per_mtok_high"]).all()
+    assert skipped["reason"].str.startswith("pruned: fluid bound costs more than $").all()
+    assert skipped["replicas"].isna().all()          # not simulated
+
+
+def test_dask_local_cluster_gives_identical_results(serial):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        on_dask = cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **SMALL, prune=False,
+                            executor=client)
+    assert on_dask.simulated == 4
+    _same(serial.table, on_dask.table)
+
+
+def test_progress_is_called_once_per_configuration(tmp_path):
+    seen = []
+    cs.search("Llama-3.1-8B", WORKLOAD, 2.0, gpus=["L40S"], tps=(1, 3), **SMALL,
+              executor=None, progress=seen.append)
+    assert [row["label"] for row in seen] == ["L40S tp1 bf16 mixed/512 B8"]
+
+
+def test_refusals_are_recorded_not_raised():
+    big = {**LLAMA, "num_hidden_layers": 320}              # ~ 4 x 80 GB of weights
+    out = cs.search(big, WORKLOAD, 2.0, gpus=["L40S"], tps=(1, 3), **SMALL, executor=None)
+    t = out.table
+    assert out.simulated == 0 and (t["status"] == "refused").all()
+    reasons = dict(zip(t["tp"], t["reason"], strict=True))
+    assert "does not divide by tp=3" in reasons[3]
+    assert "weights need" in reasons[1]
+    # the KV cache holds the weights but not the slots asked for
+    slots = cs.search("Llama-3.1-8B", planning.PoissonWorkload(60000, 20), 0.1,
+                      gpus=["L40S"], tps=(1,), **{**SMALL, "max_batches": (64,)},
+                      executor=None)
+    row = slots.table.iloc[0]
+    assert row["status"] == "refused" and "slots=64" in row["reason"]
+    # an SLO no fleet meets is refused before simulating
+    slow = cs.search("Llama-3.1-8B", WORKLOAD, 2.0, gpus=["L40S"], tps=(1,),
+                     **{**SMALL, "limits": {"ttft_s": 1e-4, "tpot_s": 0.05}}, executor=None)
+    assert slow.table["status"].iloc[0] == "refused"
+    assert "no fleet can meet" in slow.table["reason"].iloc[0]
+
+
+def test_bad_search_input_names_it():
+    with pytest.raises(ValueError, match="gpus: no price for H200"):
+        cs.search("Llama-3.1-8B", WORKLOAD, 2.0, gpus=["H200"], tps=(1,), **SMALL,
+                  prices=cs.load_prices().query("gpu != 'H200'"), executor=None)
+    with pytest.raises(ValueError, match="grid is empty"):
+        cs.search("Llama-3.1-8B", WORKLOAD, 2.0, gpus=["A100-80GB"], tps=(1,),
+                  **{**SMALL, "dtypes": ("fp8",)}, executor=None)
+    with pytest.raises(ValueError, match="num_local_experts"):
+        cs.search({**LLAMA, "num_local_experts": 8}, WORKLOAD, 2.0, executor=None)
+    with pytest.raises(ValueError, match="rate"):
+        cs.search("Llama-3.1-8B", WORKLOAD, -1.0, executor=None)
+    with pytest.raises(ValueError, match="wave"):
+        cs.search("Llama-3.1-8B", WORKLOAD, 2.0, wave=0, executor=None)
+
+
+def test_grid_keeps_fp8_where_the_gpu_has_it():
+    configs = cs.grid(["A100-80GB", "H100-SXM"], tps=(1, 2), modes=("mixed", "combined"),
+                      budgets=(512, 2048), max_batches=(16,))
+    a100 = [c for c in configs if c.gpu == "A100-80GB"]
+    assert {c.dtype for c in a100} == {"bf16"}
+    assert {c.dtype for c in configs if c.gpu == "H100-SXM"} == {"bf16", "fp8"}
+    # mixed: one per budget; combined: no budget
+    assert len(a100) == 2 * (2 + 1)
+    assert {c.max_batched_tokens for c in configs if c.mode == "combined"} == {None}
+    with pytest.raises(ValueError, match="unknown|not in data/gpus.csv"):
+        cs.grid(["B300"])
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def _synthetic(rows):
+    base = {"status": "ranked", "label": "", "usd_per_mtok": 1.0, "ttft_p99_s": 0.1}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_rank_orders_by_cost_then_ttft():
+    t = _synthetic([{"label": "a", "usd_per_mtok": 2.0, "ttft_p99_s": 0.1},
+                    {"label": "b", "usd_per_mtok": 1.0, "ttft_p99_s": 0.3},
+                    {"label": "c", "usd_per_mtok": 1.0, "ttft_p99_s": 0.2},
+                    {"label": "d", "status": "pruned", "usd_per_mtok": 0.1}])
+    assert list(cs.rank(t)["label"]) == ["c", "b", "a"]
+    assert list(cs.rank(t)["rank"]) == [1, 2, 3]
+
+
+def test_pareto_front_on_synthetic_points():
+    t = _synthetic([{"label": "cheap-slow", "usd_per_mtok": 1.0, "ttft_p99_s": 0.5},
+                    {"label": "mid", "usd_per_mtok": 2.0, "ttft_p99_s": 0.2},
+                    {"label": "dominated", "usd_per_mtok": 2.5, "ttft_p99_s": 0.3},
+                    {"label": "fast", "usd_per_mtok": 4.0, "ttft_p99_s": 0.1},
+                    {"label": "tie", "usd_per_mtok": 2.0, "ttft_p99_s": 0.2},
+                    {"label": "nan", "usd_per_mtok": math.nan, "ttft_p99_s": 0.01}])
+    front = cs.pareto_front(t)
+    assert list(t.loc[front, "label"]) == ["cheap-slow", "mid", "fast", "tie"]
+
+
+def _pair(best_high, floor):
+    row = {"status": "ranked", "replicas": 2, "spares": 1, "gpus": 3, "usd_per_hour": 3.0,
+           "usd_per_mtok_low": 0.9, "ttft_p99_s": 0.1}
+    return pd.DataFrame([
+        {**row, "label": "A", "usd_per_mtok": 1.0, "usd_per_mtok_high": best_high,
+         "min_separating_usd_per_mtok": 0.5},
+        {**row, "label": "B", "usd_per_mtok": 1.5, "usd_per_mtok_high": 1.6,
+         "min_separating_usd_per_mtok": floor}])
+
+
+def test_conclusion_says_separated_only_when_it_is():
+    assert "runner-up B $1.50 (+50.0%), separated" in cs.conclusion(_pair(1.1, 1.2))
+    text = cs.conclusion(_pair(1.1, 1.05))
+    assert "not separated" in text and "$1.05" in text
+    assert "No configuration meets" in cs.conclusion(_pair(1.1, 1.2).assign(status="failed"))
+
+
+def test_usd_per_mtok_formula():
+    # 10 GPUs at $2: $20/h; 10 req/s x 3600 s x 0.5 x 100 tokens = 1.8 M good tokens/h
+    assert cs.usd_per_mtok(20.0, 10.0, 0.5, 100.0) == pytest.approx(20 / 1.8)
+    assert cs.usd_per_mtok(20.0, 10.0, 0.0, 100.0) == math.inf
+    with pytest.raises(ValueError, match="attainment"):
+        cs.usd_per_mtok(20.0, 10.0, 1.5, 100.0)
+
+
+# --------------------------------------------------------------------------- prices
+
+
+def test_shipped_prices_cover_every_gpu_with_a_source_and_date():
+    prices = cs.load_prices()
+    assert set(prices["gpu"]) == set(gpu_table()["gpu"])
+    assert (prices["usd_per_gpu_hour"] > 0).all()
+    assert prices["source"].str.contains("http|example value, unverified").all()
+    assert prices["date"].str.match(r"^\d{4}-\d{2}").all()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("gpu,usd_per_gpu_hour,source\nL40S,1,x\n", "lacks the column"),
+    ("gpu,usd_per_gpu_hour,source,date\nL40S,-1,x,2026-01\n", "usd_per_gpu_hour must be"),
+    ("gpu,usd_per_gpu_hour,source,date\nL40S,1,x,2026-01\nl40s,2,y,2026-01\n", "twice"),
+    ("gpu,usd_per_gpu_hour,source,date\nL40S,1,x,yesterday\n", "date must be"),
+    ("gpu,usd_per_gpu_hour,source,date\nL40S,1,,2026-01\n", "source must"),
+    ("gpu,usd_per_gpu_hour,source,date\n", "no rows"),
+])
+def test_price_file_validation(tmp_path, text, match):
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        cs.load_prices(path)
+
+
+def test_price_overrides():
+    table = cs.resolve_prices(None, {"h100-sxm": 2.5})
+    row = table.set_index("gpu").loc["H100-SXM"]
+    assert row["usd_per_gpu_hour"] == 2.5 and row["source"] == "command line"
+    assert cs.parse_price("L40S=0.9") == ("L40S", 0.9)
+    for bad in ("L40S", "L40S=abc", "L40S=-1", "=1"):
+        with pytest.raises(ValueError, match="price"):
+            cs.parse_price(bad)
+    with pytest.raises(ValueError, match="B300"):
+        cs.resolve_prices(None, {"B300": 9.0})
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cli(capsys, *args):
+    code = main(["search", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BASE = ["--model-config", "Llama-3.1-8B", "--rate", "2", "--prompt-tokens", "200",
+        "--output-tokens", "20", "--budgets", "512", "--max-batch", "8", "--budget", "2",
+        "--holds", "1", "--workers", "1", "--no-cache", "--no-progress", "--dtypes", "bf16"]
+
+
+@pytest.mark.parametrize("extra, option", [
+    (["--gpus", "B300"], "--gpus"),
+    (["--gpus", "L40S", "--price", "L40S"], "--price"),
+    (["--gpus", "L40S,,H200"], "--gpus"),
+    (["--gpus", "A100-80GB", "--dtypes", "fp8"], "--dtypes"),
+    (["--tp", "0"], "--tp"),
+    (["--wave", "0"], "--wave"),
+    (["--price", "B300=1"], "--price"),
+    (["--no-cache", "--cache-dir", "x"], "--cache-dir"),
+    (["--output", "x.txt"], "--output"),
+    (["--plot", "x.svg"], "--plot"),
+])
+def test_cli_bad_input_is_one_line_exit_2(capsys, extra, option):
+    code, out, err = _cli(capsys, *BASE, *extra)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and option in err
+
+
+def test_cli_refuses_missing_price_and_a_model_that_fits_nowhere(capsys, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("gpu,usd_per_gpu_hour,source,date\nL40S,1.0,example value, "
+                      "unverified,2026-01\n")
+    code, _, err = _cli(capsys, *BASE, "--prices", str(prices))
+    assert code == 2 and "--prices" in err          # the unquoted comma breaks the CSV
+    prices.write_text('gpu,usd_per_gpu_hour,source,date\nL40S,1.0,"example value, '
+                      'unverified",2026-01\n')
+    code, _, err = _cli(capsys, *BASE, "--prices", str(prices), "--gpus", "L40S,H200")
+    assert code == 2 and "--gpus" in err and "H200 without a price" in err
+    big = tmp_path / "config.json"
+    big.write_text(json.dumps({**LLAMA, "num_hidden_layers": 320}))
+    code, _, err = _cli(capsys, *BASE, "--model-config", str(big), "--gpus", "L40S",
+                        "--tp", "1")
+    assert code == 2 and "--model-config" in err and "fits no configuration" in err
+    assert err.count("\n") == 1
+    code, _, err = _cli(capsys, *BASE[2:])
+    assert code == 2 and "--model-config is required" in err
+
+
+def test_cli_report_output_and_plot(capsys, tmp_path):
+    out_json, plot = tmp_path / "r.json", tmp_path / "r.png"
+    # the command line has no --min-requests: each replication is 2,000 requests, so the
+    # requests are kept tiny here (the report's numbers are not the point)
+    code, out, err = _cli(capsys, *BASE, "--gpus", "L40S", "--tp", "1,3", "--price",
+                          "L40S=1", "--prompt-tokens", "50", "--output-tokens", "2",
+                          "--output", str(out_json), "--plot", str(plot))
+    assert code == 0, err
+    assert "  L40S         1.000  command line (no date)" in out
+    assert "Cheapest: L40S tp1 bf16 mixed/512 B8" in out
+    data = json.loads(out_json.read_text())
+    assert "Refused:\n  L40S tp3 bf16 mixed/512 B8: num_attention_heads 32" in out
+    assert len(data["configurations"]) == 2 and data["conclusion"].startswith("Cheapest")
+    assert plot.stat().st_size > 1000
