@@ -206,8 +206,9 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
     if plan:
         g.add_argument("--rate", type=str, metavar="REQ_PER_S|native", default=S,
                        help="mean arrival rate to plan for, requests/s, or native (with "
-                            "--trace only): the trace's own mean rate, so its arrivals keep "
-                            f"their recorded timing (default {d['rate']:g})")
+                            "--trace only): the trace's own mean rate; each replication (a "
+                            "block bootstrap of the trace) is rescaled to it, so its gaps keep "
+                            f"their recorded proportions (default {d['rate']:g})")
     else:
         sweepcli.add_rates_option(g)
     g.add_argument("--requests", type=str, metavar="N", default=S,
@@ -263,9 +264,11 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                         f"(default {d['mode']})")
     g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
                    help="most tokens in one step (vLLM --max-num-batched-tokens): the "
-                        "token budget of mixed mode (default: the book's "
-                        f"{LOCKED.token_budget}, derived from the TPOT objective), the prefill "
-                        "cap of prefill_first (default: none)")
+                        "token budget of mixed mode (default: with --model-config/--gpu, "
+                        "derived from --tpot-p99-ms on that GPU's roofline; otherwise the "
+                        f"book's {LOCKED.token_budget}, derived from the TPOT objective on the "
+                        "book's locked replica, not on your cost model), the prefill cap of "
+                        "prefill_first (default: none)")
     g.add_argument("--step-cost", type=str, metavar="NAME", default=S,
                    help="built-in step cost: fused (one forward pass over all the step's "
                         "tokens, as vLLM V1 / SGLang / TensorRT-LLM run it) or additive "
@@ -1204,8 +1207,9 @@ def render(s: Settings, result) -> str:
     per_replica = fluid_rate(s.requests, r)
     rows = fleet.evaluations
     lines = [
-        (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: "
-         f"resampled segments keep their recorded timing) ({s.workload})" if s.native_rate
+        (f"Plan for {s.rate:.4g} req/s, the trace's native mean rate (--rate native: each "
+         f"replication is rescaled to it, its gaps keeping their recorded proportions) "
+         f"({s.workload})" if s.native_rate
          else f"Plan for {s.rate:g} req/s ({s.workload})"),
         f"Replica: {r.max_batch} slots, {_steps_text(r, s.requests)}; router {s.router}, "
         f"policy {s.policy}",

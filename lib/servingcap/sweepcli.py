@@ -428,8 +428,8 @@ def render(s, table: pd.DataFrame, replicas: int, bound: float, hold_s: float) -
         *([f"Prefix cache: {s.prefix}"] if s.prefix else []),
         f"SLO: TTFT <= {cli._ms(s.limits['ttft_s'])} and TPOT <= {cli._ms(s.limits['tpot_s'])}"
         f" for >= {s.target:.1%} of requests",
-        f"Statistics: each rate is {cli._reps(s.budget)} independent replications (same "
-        f"traffic at every rate) of {s.holds:g} hold times (T_hold = {hold_s:.3g} s) or "
+        f"Statistics: {cli._reps(s.budget).replace('per point', 'per rate')} (the same "
+        f"traffic at every rate), each {s.holds:g} hold times (T_hold = {hold_s:.3g} s) or "
         "2,000 requests, warm-up cut by MSER-5; meets/misses decided by the sequential "
         f"check as in plan (error <= {1 - s.confidence:.0%} outside {s.target:.2%} +- "
         f"{100 * s.delta:.2g} points); 'open': not decided within --budget, never a miss; "
