@@ -633,6 +633,8 @@ ENTRIES = [
     E("roofline.model_config", roofline.model_config, source="Llama-3.1-8B", name="llama"),
     E("roofline.model_config[mapping]", lambda source: roofline.model_config(source),
       source=CONFIG),
+    E("roofline.read_config", roofline.read_config, source="Llama-3.1-8B", name="llama",
+      param="source"),
     E("roofline.fit_efficiency", roofline.fit_efficiency, model="Llama-2-7b-hf",
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),

@@ -107,7 +107,7 @@ from . import __version__, _check, parallel, planning, stats
 from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_plan
 from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline, gpu_table
 from .roofline import model_config as _model_config
-from .roofline import model_names as _model_names
+from .roofline import read_config as _read_config
 from .routers import DEFAULT_ROUTER
 from .serving import MODES, Replica, check_fleet
 from .traffic import data_dir
@@ -175,27 +175,7 @@ def load_model(model) -> tuple[dict, str]:
     weights in memory (all experts) and the weights a token reads (the active ones) differ,
     which the dense roofline does not model.
     """
-    source = model
-    if isinstance(source, Mapping):
-        config, label = dict(source), str(source.get("_name_or_path", "model"))
-    elif isinstance(source, (str, Path)):
-        path = Path(source)
-        if str(source) in _model_names():
-            path = data_dir() / "model_configs" / f"{source}.json"
-        if not path.is_file():
-            raise ValueError(f"model={str(source)!r} is neither a shipped model config "
-                             f"({', '.join(_model_names())}) nor a file")
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"model={str(source)!r} is not a readable JSON config.json "
-                             f"({exc})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"model={str(source)!r} must hold a JSON object")
-        label = path.stem if path.stem != "config" else path.parent.name or "model"
-    else:
-        raise ValueError(f"model must be a shipped model name, a config.json path or a "
-                         f"mapping, got {source!r}")
+    config, label = _read_config(model, param="model")
     for key in _MOE_FIELDS:
         value = config.get(key)
         if value not in (None, 0, 1, False):

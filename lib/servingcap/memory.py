@@ -37,17 +37,13 @@ vs the spec sheet's 80). The subtraction itself is :func:`servingcap.kvcache.kv_
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import _check
 from .kvcache import kv_budget_tokens
-from .roofline import GPU, ModelSpec, model_config, model_names
+from .roofline import GPU, ModelSpec, model_config
 from .roofline import gpu as _gpu
-from .traffic import data_dir
 
 __all__ = ["MemoryPlan", "memory_plan", "DEFAULT_GPU_MEMORY_UTILIZATION",
            "RUNTIME_RESERVE_GIB", "GIB"]
@@ -61,22 +57,6 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 RUNTIME_RESERVE_GIB = 1.79 + 1.26
 """Per-GPU memory neither weights nor KV (GiB): vLLM's logged non-torch memory plus
 activation peak for Llama-3-8B on one H100 (vLLM pull request #10511)."""
-
-
-def _tied(source) -> bool:
-    """Whether a config ties the input embedding to the LM head (Hugging Face's
-    ``PretrainedConfig`` default is True; Llama 3 sets False)."""
-    if isinstance(source, ModelSpec):
-        return False
-    if isinstance(source, Mapping):
-        return bool(source.get("tie_word_embeddings", True))
-    path = Path(source)
-    if str(source) in model_names():
-        path = data_dir() / "model_configs" / f"{source}.json"
-    try:
-        return bool(json.loads(path.read_text()).get("tie_word_embeddings", True))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _context(value) -> float:
@@ -178,7 +158,7 @@ def memory_plan(model, gpu, *, tp: int = 1,
     spec = model if isinstance(model, ModelSpec) else model_config(model)
     card = gpu if isinstance(gpu, GPU) else _gpu(gpu)
     dtype = 1 if fp8 else spec.dtype_bytes
-    embedding = 0 if _tied(model) else spec.hidden * spec.vocab
+    embedding = 0 if spec.tied_embeddings else spec.hidden * spec.vocab
     params = spec.layers * spec.params_per_layer + spec.lm_head_params + embedding
     weights = float(params * dtype)
     usable = util * card.memory_bytes / 1e9 * GIB        # spec-sheet GB are GiB of HBM

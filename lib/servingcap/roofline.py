@@ -71,7 +71,7 @@ from .serving import StepDetail
 from .traffic import data_dir
 
 __all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "load_gpus", "GPU_COLUMNS",
-           "model_config",
+           "model_config", "read_config",
            "model_names", "fit_efficiency", "step", "measured_steps", "linear_op_check",
            "FLOPS_EFFICIENCY", "BANDWIDTH_EFFICIENCY", "GROUPS"]
 
@@ -306,6 +306,9 @@ class ModelSpec:
     vocab: int
     dtype_bytes: int
     gated_mlp: bool
+    tied_embeddings: bool = False
+    """Whether the input embedding shares the LM head's weights (``tie_word_embeddings``):
+    if not, the embedding table is stored too (:mod:`servingcap.memory`)."""
 
     @property
     def params_per_layer(self) -> int:
@@ -341,6 +344,43 @@ def _field(config: Mapping, name: str):
     raise ValueError(f"model config (source) is missing the field {aliases}")
 
 
+def read_config(source, name: str | None = None, param: str = "source") -> tuple[dict, str]:
+    """(config dict, label) of a model: the one place a model's ``config.json`` is found
+    and read (:func:`model_config`, :func:`servingcap.memory.memory_plan` and
+    :func:`servingcap.configsearch.load_model` all come here).
+
+    ``source`` is a shipped name (:func:`model_names`), a path to a ``config.json`` or the
+    parsed mapping; the label is ``name``, else the mapping's ``_name_or_path`` or the
+    file's stem (its folder's name for a file called ``config.json``). Every error is one
+    line naming ``param``, the caller's name for ``source``.
+    """
+    if not isinstance(param, str) or not param:
+        raise ValueError(f"param must be a parameter name, got {param!r}")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"name must be a string or None, got {name!r}")
+    if isinstance(source, Mapping):
+        return dict(source), name or str(source.get("_name_or_path", "model"))
+    if not isinstance(source, (str, Path)):
+        raise ValueError(f"{param} must be a shipped model name, a path to a config.json or "
+                         f"a mapping, got {source!r}")
+    path = Path(source)
+    if str(source) in model_names():
+        path = data_dir() / "model_configs" / f"{source}.json"
+    if not path.is_file():
+        raise ValueError(f"{param}={str(source)!r} is neither a shipped model config "
+                         f"({', '.join(model_names())}) nor a file")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"{param}={str(source)!r} is not a readable JSON config.json "
+                         f"({reason})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{param}={str(source)!r} must hold a JSON object")
+    label = path.stem if path.stem != "config" else path.parent.name or "model"
+    return config, name or label
+
+
 def model_config(source: str | Path | Mapping, name: str | None = None) -> ModelSpec:
     """Read a Hugging Face style ``config.json``.
 
@@ -348,7 +388,7 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
     ----------
     source : str, Path or mapping
         A shipped name (see :func:`model_names`, e.g. ``"Llama-2-7b-hf"``), a path to a
-        ``config.json``, or the parsed dict.
+        ``config.json``, or the parsed dict (:func:`read_config`).
     name : str, optional
         Label for the model (default: the file's stem or ``_name_or_path``).
 
@@ -356,23 +396,10 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
     ``intermediate_size`` (or OPT's ``ffn_dim``), ``vocab_size``, ``torch_dtype`` (or
     ``dtype``). ``num_key_value_heads`` defaults to the head count (no grouped-query
     attention), ``head_dim`` to hidden / heads; the MLP is gated (three matrices, as in
-    Llama) unless ``model_type`` is a two-matrix family such as ``opt``.
+    Llama) unless ``model_type`` is a two-matrix family such as ``opt``;
+    ``tie_word_embeddings`` defaults to True (Hugging Face's default).
     """
-    if not isinstance(source, (str, Path, Mapping)):
-        raise ValueError(f"source must be a shipped model name, a path to a config.json or "
-                         f"a mapping, got {source!r}")
-    if name is not None and not isinstance(name, str):
-        raise ValueError(f"name must be a string or None, got {name!r}")
-    if isinstance(source, Mapping):
-        config, label = dict(source), name or source.get("_name_or_path", "model")
-    else:
-        path = Path(source)
-        if str(source) in model_names():
-            path = data_dir() / "model_configs" / f"{source}.json"
-        if not path.is_file():
-            raise ValueError(f"model config source={str(source)!r} is neither a shipped name "
-                             f"({', '.join(model_names())}) nor a file")
-        config, label = json.loads(path.read_text()), name or path.stem
+    config, label = read_config(source, name)
     values = {key: _field(config, key) for key in _FIELDS}
     dtype = str(values["torch_dtype"]).removeprefix("torch.")
     if dtype not in _DTYPE_BYTES:
@@ -385,7 +412,8 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
                      heads=heads, kv_heads=kv_heads, head_dim=_check.whole("head_dim", head_dim),
                      intermediate=ints["intermediate_size"], vocab=ints["vocab_size"],
                      dtype_bytes=_DTYPE_BYTES[dtype],
-                     gated_mlp=config.get("model_type") not in _NOT_GATED)
+                     gated_mlp=config.get("model_type") not in _NOT_GATED,
+                     tied_embeddings=bool(config.get("tie_word_embeddings", True)))
 
 
 MAX_BATCH = 10**6
