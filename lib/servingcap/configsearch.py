@@ -1,10 +1,11 @@
 """Which GPU, which parallelism, which mode, how many: a cost-optimal configuration search.
 
-For one model (a dense ``config.json``), one arrival rate, one workload and one SLO, the
-search walks a grid of serving configurations -- GPU (``data/gpus.csv``), tensor-parallel
-degree ``tp``, weight dtype (``bf16``: the config's own dtype; ``fp8``: 1-byte weights and
-KV cache, only on GPUs with fp8 tensor cores), scheduling mode and token budget, batch
-slots -- and for each one answers *how many replicas, at what price*:
+For one model (a ``config.json``: dense, or a Mixtral / Qwen-MoE mixture of experts),
+one arrival rate, one workload and one SLO, the search walks a grid of serving
+configurations -- GPU (``data/gpus.csv``), tensor-parallel degree ``tp``, weight dtype
+(``bf16``: the config's own dtype; ``fp8``: 1-byte weights and KV cache, only on GPUs
+with fp8 tensor cores), scheduling mode and token budget, batch slots -- and for each
+one answers *how many replicas, at what price*:
 
 1. **Fit.** ``num_attention_heads`` must divide by ``tp`` (as vLLM requires); the weights,
    a runtime reserve and the KV cache must fit (:func:`servingcap.memory.memory_plan`),
@@ -77,9 +78,12 @@ settings and the package version); a repeated or interrupted search reuses it
 Prices are data the user owns: ``data/gpu_prices.csv`` (``gpu, usd_per_gpu_hour,
 source, date``; :func:`load_prices`), overridden per GPU (:func:`resolve_prices`).
 
+Mixture-of-experts models fit by their *total* weights (every expert,
+:func:`servingcap.memory.memory_plan`) and step by their *active* FLOPs and the experts
+a step touches (:class:`servingcap.roofline.Roofline`, uniform routing).
+
 Not done: disaggregated prefill/decode pools (:mod:`servingcap.disagg`) are not searched
-(colocated replicas only), and mixture-of-experts configs are refused (their total and
-active parameters differ; :func:`load_model` names the field).
+(colocated replicas only), nor expert parallelism (experts are sharded over ``tp``).
 
 Inspired by Vidur-Search (microsoft/vidur, ``vidur/config_optimizer/config_explorer``:
 a grid over device, parallelism, scheduler and batch size, each point simulated to its
@@ -162,26 +166,13 @@ _CACHE_FORMAT = 1
 # --------------------------------------------------------------------------- inputs
 
 
-_MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
-               "num_experts_per_tok")
-
-
 def load_model(model) -> tuple[dict, str]:
-    """(config dict, label) of a dense model: a shipped name (``"Llama-3.1-8B"``), a path
-    to a ``config.json`` or the parsed dict.
-
-    Mixture-of-experts configs are refused with a ValueError naming the field that makes
-    them one (``num_local_experts``, ``num_experts``, ``n_routed_experts``, ...): their
-    weights in memory (all experts) and the weights a token reads (the active ones) differ,
-    which the dense roofline does not model.
-    """
+    """(config dict, label) of a model: a shipped name (``"Llama-3.1-8B"``,
+    ``"Mixtral-8x7B-v0.1"``), a path to a ``config.json`` or the parsed dict
+    (:func:`servingcap.roofline.read_config`), validated by
+    :func:`servingcap.roofline.model_config` (dense, Mixtral or Qwen-MoE; other
+    mixture-of-experts layouts are refused naming their field). Errors name ``model``."""
     config, label = _read_config(model, param="model")
-    for key in _MOE_FIELDS:
-        value = config.get(key)
-        if value not in (None, 0, 1, False):
-            raise ValueError(f"model config field {key}={value!r} makes {label} a "
-                             "mixture-of-experts model: total and active parameters differ "
-                             "and the search models dense models only (not done)")
     with _check.naming("model"):
         _model_config(config, name=label)        # validates the fields the roofline needs
     return config, label
@@ -728,7 +719,7 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
     Parameters
     ----------
     model : str, Path or mapping
-        A dense model config (:func:`load_model`).
+        A model config, dense or mixture of experts (:func:`load_model`).
     requests : PoissonWorkload or pandas.DataFrame
         The workload, as :func:`servingcap.planning.smallest_fleet` takes it.
     rate : float

@@ -15,8 +15,13 @@ and divides the KV-cache memory into blocks of ``block_size`` (16) tokens. Here:
 * **Weights** from the model's ``config.json`` (:func:`servingcap.roofline.model_config`):
   every layer's GEMMs and the LM head (:attr:`~servingcap.roofline.ModelSpec.weight_bytes`)
   plus the input embedding table (stored, though a step does not read it all) unless
-  the config ties it to the LM head (``tie_word_embeddings``). Split evenly over ``tp``
-  GPUs. Norms and biases are ignored (under 0.01 % of Llama-3.1-8B).
+  the config ties it to the LM head (``tie_word_embeddings``):
+  :attr:`~servingcap.roofline.ModelSpec.total_params`. A mixture-of-experts model holds
+  **every** expert (Mixtral-8x7B: 46.7 B parameters, 87 GiB in bf16), though a token
+  uses only its top-k (12.9 B active): memory is priced by the total, the step's FLOPs
+  by the active parameters (:mod:`servingcap.roofline`). Split evenly over ``tp`` GPUs
+  (each expert sharded, as vLLM's fused MoE layer does without expert parallelism).
+  Norms and biases are ignored (under 0.01 % of Llama-3.1-8B).
 * **Runtime reserve** per GPU, :data:`RUNTIME_RESERVE_GIB` = 3.05 GiB: vLLM's measured
   non-torch memory (1.79 GiB: CUDA context, NCCL, CUDA graphs) plus PyTorch activation
   peak (1.26 GiB) for Llama-3-8B on one H100 with the default token budget, as logged in
@@ -158,9 +163,7 @@ def memory_plan(model, gpu, *, tp: int = 1,
     spec = model if isinstance(model, ModelSpec) else model_config(model)
     card = gpu if isinstance(gpu, GPU) else _gpu(gpu)
     dtype = 1 if fp8 else spec.dtype_bytes
-    embedding = 0 if spec.tied_embeddings else spec.hidden * spec.vocab
-    params = spec.layers * spec.params_per_layer + spec.lm_head_params + embedding
-    weights = float(params * dtype)
+    weights = float(spec.total_params * dtype)      # every expert of a mixture of experts
     usable = util * card.memory_bytes / 1e9 * GIB        # spec-sheet GB are GiB of HBM
     per_gpu_kv = usable - weights / tp - reserve
     if per_gpu_kv <= 0:

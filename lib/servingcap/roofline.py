@@ -24,6 +24,15 @@ kernels). The groups (``L`` layers, hidden ``H``, ``V`` vocabulary):
   about 170 tokens for a bf16 model on an A100-80GB at the measured efficiencies) the
   group is memory-bound and extra tokens ride almost free; above it each token costs its
   FLOPs.
+* **Mixture of experts** (Mixtral, Qwen-MoE; :class:`ModelSpec`): the linear group's
+  FLOPs use the *active* weights (attention, router, shared expert and the top-``k``
+  experts of each token), its bytes the weights the step *touches*: the dense part
+  and, per layer, ``E (1 - (1 - k/E) ** T)`` of the ``E`` experts for ``T`` tokens
+  (:func:`expected_experts`, uniform routing). A decode step of batch 1 reads ``k``
+  experts per layer, a large batch all ``E``: the memory-bound floor rises with the
+  batch until every expert is read, while memory (:mod:`servingcap.memory`) holds all
+  of them. Experts are sharded over ``tp`` like the dense weights (no expert
+  parallelism).
 * **lm_head**: ``2 * H * V`` FLOPs per sequence that samples a token (one per chunk and
   per decode: engines compute logits only at those positions), its ``H * V`` weights read
   once.
@@ -71,7 +80,7 @@ from .serving import StepDetail
 from .traffic import data_dir
 
 __all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "load_gpus", "GPU_COLUMNS",
-           "model_config", "read_config",
+           "model_config", "read_config", "expected_experts",
            "model_names", "fit_efficiency", "step", "measured_steps", "linear_op_check",
            "FLOPS_EFFICIENCY", "BANDWIDTH_EFFICIENCY", "GROUPS"]
 
@@ -294,7 +303,16 @@ def gpu(name: str, extra: str | Path | None = None) -> GPU:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The shape of a dense decoder-only transformer, as a roofline needs it."""
+    """The shape of a decoder-only transformer, as a roofline needs it: dense, or a
+    mixture of experts (``experts > 0``).
+
+    A mixture-of-experts layer replaces the MLP by ``experts`` routed expert MLPs (each
+    ``expert_intermediate`` wide) of which each token uses ``experts_per_token`` (top-k),
+    a router (``hidden x experts``) and, Qwen-MoE style, a shared expert every token uses
+    (``shared_intermediate`` wide, 0 for none; its one-output gate is counted too).
+    Every layer is a mixture-of-experts layer (:func:`model_config` refuses other
+    layouts). Parameter counts leave out norms and biases.
+    """
 
     name: str
     layers: int
@@ -309,26 +327,144 @@ class ModelSpec:
     tied_embeddings: bool = False
     """Whether the input embedding shares the LM head's weights (``tie_word_embeddings``):
     if not, the embedding table is stored too (:mod:`servingcap.memory`)."""
+    experts: int = 0
+    """Routed experts per layer (0: a dense model)."""
+    experts_per_token: int = 0
+    """Experts each token is routed to (top-k)."""
+    expert_intermediate: int = 0
+    """MLP width of one routed expert."""
+    shared_intermediate: int = 0
+    """MLP width of the always-active shared expert (0: none)."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    def _mlp(self, width: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden * width
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert's MLP (0 for a dense model)."""
+        return self._mlp(self.expert_intermediate) if self.is_moe else 0
+
+    @property
+    def dense_params_per_layer(self) -> int:
+        """Weights of one layer that every token uses: Q, K, V, O projections and the MLP
+        (dense), or the router and the shared expert (mixture of experts)."""
+        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        if not self.is_moe:
+            return attn + self._mlp(self.intermediate)
+        shared = self._mlp(self.shared_intermediate) + self.hidden if self.shared_intermediate else 0
+        return attn + self.hidden * self.experts + shared
 
     @property
     def params_per_layer(self) -> int:
-        """Weights of one layer's GEMMs: Q, K, V, O projections and the MLP."""
-        attn = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
-        return attn + (3 if self.gated_mlp else 2) * self.hidden * self.intermediate
+        """Weights of one layer's GEMMs, every expert included (what memory holds)."""
+        return self.dense_params_per_layer + self.experts * self.expert_params
+
+    @property
+    def active_params_per_layer(self) -> int:
+        """Weights of one layer one token multiplies by (top-k experts only): its FLOPs
+        are twice this."""
+        return self.dense_params_per_layer + self.experts_per_token * self.expert_params
 
     @property
     def lm_head_params(self) -> int:
         return self.hidden * self.vocab
 
     @property
+    def _embedding_params(self) -> int:
+        return 0 if self.tied_embeddings else self.hidden * self.vocab
+
+    @property
+    def total_params(self) -> int:
+        """Every weight the model stores: all layers (all experts), the LM head and the
+        input embedding unless tied (the "46.7 B" of Mixtral-8x7B)."""
+        return self.layers * self.params_per_layer + self.lm_head_params + self._embedding_params
+
+    @property
+    def active_params(self) -> int:
+        """Weights one token uses, counted as model cards count "active" parameters:
+        all layers with top-k experts, the LM head and the embedding unless tied (the
+        "12.9 B" of Mixtral-8x7B). Equals :attr:`total_params` for a dense model."""
+        return (self.layers * self.active_params_per_layer + self.lm_head_params
+                + self._embedding_params)
+
+    @property
     def weight_bytes(self) -> float:
-        """Bytes of weights read per step: every layer's GEMMs plus the LM head."""
+        """Bytes of weights a step reads when it touches every expert: every layer's
+        GEMMs plus the LM head (a dense model reads this every step)."""
         return float((self.layers * self.params_per_layer + self.lm_head_params) * self.dtype_bytes)
+
+    def experts_touched(self, tokens):
+        """Expected distinct routed experts per layer a step of ``tokens`` tokens reads
+        (:func:`expected_experts`; 0 for a dense model). Array-wise."""
+        if not self.is_moe:
+            return np.zeros_like(np.asarray(tokens, dtype=float))
+        return _expected_experts(self.experts, self.experts_per_token, tokens)
+
+    def linear_params_read(self, tokens):
+        """Weights of the layers' GEMMs a step of ``tokens`` tokens reads from HBM: the
+        dense part of every layer and the experts its tokens touch (0 for an empty
+        step). Array-wise."""
+        t = np.asarray(tokens, dtype=float)
+        per_layer = self.dense_params_per_layer + self.experts_touched(t) * self.expert_params
+        return np.where(t > 0, self.layers * per_layer, 0.0)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int | None = None) -> float:
         """KV-cache bytes one context token holds across all layers (K and V)."""
         size = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         return float(2 * self.layers * self.kv_heads * self.head_dim * size)
+
+
+def _expected_experts(experts: int, per_token: int, tokens):
+    t = np.asarray(tokens, dtype=float)
+    return experts * -np.expm1(t * np.log1p(-per_token / experts)) if per_token < experts \
+        else np.where(t > 0, float(experts), 0.0)
+
+
+def expected_experts(experts: int, experts_per_token: int, tokens):
+    """Expected number of distinct experts (of ``experts`` per layer) that ``tokens``
+    tokens, each routed to ``experts_per_token`` of them, touch:
+
+        E * (1 - (1 - k / E) ** T)
+
+    Under **uniform, independent routing** (each token picks k distinct experts uniformly
+    at random, independently of the other tokens) an expert is missed by one token with
+    probability ``1 - k/E``, by all ``T`` with ``(1 - k/E) ** T``. ``T = 1`` gives ``k``;
+    it approaches ``E`` as ``T`` grows (Mixtral's 8 experts, top-2: 3.5 at 2 tokens, 7.2
+    at 8, 7.999 at 32). This is the occupancy expectation of balls in bins, from
+    first principles. Routing that is skewed but independent across tokens touches
+    *fewer* distinct experts in expectation (``1 - (1 - p) ** T`` is concave in an
+    expert's share ``p``, so equal shares maximize the sum): for such routers the
+    formula overstates the weight bytes a step reads. Why only touched experts cost
+    bytes: a fused MoE kernel sorts the step's tokens by expert and runs one GEMM tile
+    per (expert, block of its tokens), so an expert no token chose is never loaded
+    (vLLM, ``vllm/model_executor/layers/fused_moe/fused_moe.py`` and
+    ``moe_align_block_size.py``; SGLang's ``fused_moe_triton`` is adapted from it).
+
+    Parameters
+    ----------
+    experts : int
+        Routed experts per layer, E >= 1.
+    experts_per_token : int
+        Experts per token, 1 <= k <= E.
+    tokens : int, float or array
+        Tokens in the step, >= 0 (array-wise).
+
+    Returns a float, or an array shaped like ``tokens``.
+    """
+    e = _check.whole("experts", experts)
+    k = _check.whole("experts_per_token", experts_per_token)
+    if k > e:
+        raise ValueError(f"experts_per_token must be <= experts={e}, got {experts_per_token!r}")
+    with _check.naming("tokens"):
+        t = np.asarray(tokens, dtype=float)
+    if not (np.isfinite(t).all() and (t >= 0).all()):
+        raise ValueError(f"tokens must be finite and >= 0, got {tokens!r}")
+    out = _expected_experts(e, k, t)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def model_names() -> list[str]:
@@ -413,7 +549,67 @@ def model_config(source: str | Path | Mapping, name: str | None = None) -> Model
                      intermediate=ints["intermediate_size"], vocab=ints["vocab_size"],
                      dtype_bytes=_DTYPE_BYTES[dtype],
                      gated_mlp=config.get("model_type") not in _NOT_GATED,
-                     tied_embeddings=bool(config.get("tie_word_embeddings", True)))
+                     tied_embeddings=bool(config.get("tie_word_embeddings", True)),
+                     **_moe_fields(config, ints["intermediate_size"]))
+
+
+_DENSE_VALUES = (None, 0, 1, False)
+# Mixture-of-experts layouts not modelled: field -> why (the first one present is named).
+_MOE_REFUSED = {
+    "n_routed_experts": "DeepSeek-style (multi-head latent attention, first_k_dense_replace "
+                        "dense layers, grouped routing)",
+    "moe_num_experts": "this layout (moe_num_experts)",
+}
+
+
+def _moe_fields(config: Mapping, intermediate: int) -> dict:
+    """The mixture-of-experts fields of a ``config.json`` (empty for a dense model).
+
+    Mixtral (``num_local_experts``; each expert ``intermediate_size`` wide) and Qwen-MoE
+    (``qwen2_moe``, ``qwen3_moe``: ``num_experts``, ``moe_intermediate_size``, optional
+    ``shared_expert_intermediate_size``; every layer sparse) are read, both with
+    ``num_experts_per_tok``; any other layout is refused naming its field.
+    """
+    for key, what in _MOE_REFUSED.items():
+        if config.get(key) not in _DENSE_VALUES:
+            raise ValueError(f"model config field {key}={config[key]!r}: {what} "
+                             "mixture-of-experts models are not modelled (supported: Mixtral's "
+                             "num_local_experts, Qwen-MoE's num_experts with "
+                             "moe_intermediate_size)")
+    mixtral, qwen = config.get("num_local_experts"), config.get("num_experts")
+    if mixtral in _DENSE_VALUES and qwen in _DENSE_VALUES:
+        return {}
+    if mixtral not in _DENSE_VALUES and qwen not in _DENSE_VALUES:
+        raise ValueError(f"model config has both num_local_experts={mixtral!r} and "
+                         f"num_experts={qwen!r}; give one")
+    key = "num_local_experts" if mixtral not in _DENSE_VALUES else "num_experts"
+    experts = _check.whole(key, config[key])
+    if config.get("num_experts_per_tok") is None:
+        raise ValueError(f"model config field {key}={experts} makes a mixture of experts, "
+                         "but the field 'num_experts_per_tok' (top-k) is missing")
+    top_k = _check.whole("num_experts_per_tok", config["num_experts_per_tok"])
+    if top_k > experts:
+        raise ValueError(f"model config field num_experts_per_tok={top_k} exceeds "
+                         f"{key}={experts}")
+    if key == "num_local_experts":
+        return {"experts": experts, "experts_per_token": top_k,
+                "expert_intermediate": intermediate}
+    if config.get("moe_intermediate_size") is None:
+        raise ValueError(f"model config field num_experts={experts} needs the field "
+                         "'moe_intermediate_size' (Qwen-MoE's expert width)")
+    step = config.get("decoder_sparse_step", 1)
+    if step not in (None, 1):
+        raise ValueError(f"model config field decoder_sparse_step={step!r}: only every "
+                         "layer a mixture of experts (1) is modelled")
+    if config.get("mlp_only_layers"):
+        raise ValueError(f"model config field mlp_only_layers={config['mlp_only_layers']!r}: "
+                         "dense layers among mixture-of-experts layers are not modelled")
+    shared = config.get("shared_expert_intermediate_size") or 0
+    return {"experts": experts, "experts_per_token": top_k,
+            "expert_intermediate": _check.whole("moe_intermediate_size",
+                                                config["moe_intermediate_size"]),
+            "shared_intermediate": _check.whole("shared_expert_intermediate_size", shared,
+                                                minimum=0)}
 
 
 MAX_BATCH = 10**6
@@ -487,10 +683,13 @@ class Roofline:
                 np.asarray(detail.decode_context, dtype=float))
 
     def _linear_work(self, tokens):
-        """FLOPs and HBM bytes of the linear group at these total tokens (array-wise)."""
+        """FLOPs and HBM bytes of the linear group at these total tokens (array-wise): each
+        token multiplies by the active weights, the step reads the dense weights and, of
+        a mixture of experts, the experts its tokens touch (:func:`expected_experts`)."""
         t = np.asarray(tokens, dtype=float)
-        per_layer = self.model.layers * self.model.params_per_layer
-        return 2 * t * per_layer, np.where(t > 0, per_layer * self._bytes(), 0.0)
+        m = self.model
+        return (2 * t * m.layers * m.active_params_per_layer,
+                m.linear_params_read(t) * self._bytes())
 
     def _group_work(self, n, k, ctx, lm_head: bool):
         """(tokens, FLOPs per group, HBM bytes per group) of one step, whole replica."""
@@ -597,13 +796,46 @@ class Roofline:
     def ridge_tokens(self) -> float:
         """Tokens per step at which the linear group turns compute-bound (tokens).
 
-        Each weight read once per step does 2 FLOPs per token, so the linear group's
-        intensity is ``2 * tokens / bytes_per_weight`` and the ridge is
+        Dense model: each weight read once per step does 2 FLOPs per token, so the
+        linear group's intensity is ``2 * tokens / bytes_per_weight`` and the ridge is
         ``ridge_flop_per_byte * bytes_per_weight / 2`` -- independent of the model's size
         and of ``tp`` (both split evenly). Below it a step's extra tokens ride on the
-        weight read almost free; above it each costs its FLOPs.
+        weight read almost free; above it each costs its FLOPs. Mixture of experts: the
+        tokens at which the active weights' FLOPs take as long as reading the weights
+        those tokens touch (found by root finding; higher than the dense ridge by up to
+        total / active weights, because a large step reads every expert but each token
+        multiplies by only its top-k).
         """
-        return self.ridge_flop_per_byte * self._bytes() / 2
+        dense = self.ridge_flop_per_byte * self._bytes() / 2
+        if not self.model.is_moe:
+            return dense
+
+        def gap(t: float) -> float:
+            compute, memory = self._times(*self._linear_work(t))
+            return float(compute - memory)
+
+        hi = dense * self.model.params_per_layer / self.model.active_params_per_layer + 1
+        return float(optimize.brentq(gap, 1e-9, hi, xtol=1e-6))
+
+    @_check.guarded
+    def weight_read_bytes(self, tokens: float) -> float:
+        """HBM bytes of weights a step of ``tokens`` tokens reads (whole replica): every
+        layer's dense weights, the routed experts its tokens touch in expectation
+        (:func:`expected_experts`; all of a dense model's MLP) and the LM head.
+        Grows with ``tokens`` for a mixture of experts, constant for a dense model;
+        0 for ``tokens == 0``."""
+        t = _check.nonnegative("tokens", tokens)
+        if t == 0:
+            return 0.0
+        return float((self.model.linear_params_read(t) + self.model.lm_head_params)
+                     * self._bytes())
+
+    @_check.guarded
+    def weight_read_s(self, tokens: float) -> float:
+        """Time to read :meth:`weight_read_bytes` at the achievable HBM bandwidth of the
+        ``tp`` GPUs (s): the memory-bound floor of a step of ``tokens`` tokens."""
+        return self.weight_read_bytes(tokens) / (
+            self.tp * self.bandwidth_efficiency * self.gpu.hbm_bytes_per_s)
 
     @_check.guarded
     def largest_chunk(self, budget_s: float, batch: int, context_tokens: float,
@@ -648,7 +880,11 @@ class Roofline:
 
     def describe(self) -> str:
         """One line naming the cost model's source and its assumptions."""
-        return (f"roofline, one fused pass per step priced by op group: {self.model.name} on "
+        m = self.model
+        moe = (f" (mixture of experts: {m.experts} experts, top-{m.experts_per_token}, "
+               f"{m.total_params / 1e9:.1f} B total / {m.active_params / 1e9:.1f} B active "
+               "parameters, uniform routing)" if m.is_moe else "")
+        return (f"roofline, one fused pass per step priced by op group: {m.name}{moe} on "
                 f"{self.tp} x {self.gpu.name} ({'fp8' if self.fp8 else 'bf16/fp16'}), efficiency "
                 f"{self.flops_efficiency:.2f} of peak FLOP/s and {self.bandwidth_efficiency:.2f} "
                 f"of HBM bandwidth ({self.efficiency_source()}), compute ridge "
