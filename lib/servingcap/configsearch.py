@@ -16,9 +16,10 @@ one answers *how many replicas, at what price*:
    (``status == "refused"``), never raised.
 2. **Fluid bound.** The fewest replicas that can carry the rate at all,
    ``fluid_min = floor(rate / fluid_rate(one replica)) + 1``
-   (:func:`servingcap.planning.fluid_rate`). Its cost is a hard lower bound on the
-   configuration's cost: no simulation can answer fewer replicas, and attainment is at
-   most 1.
+   (:func:`servingcap.planning.fluid_rate`, from the roofline's own lower bound on a
+   request's work, :meth:`servingcap.roofline.Roofline.fluid_work_s`, valid in every
+   scheduling mode). Its cost is a hard lower bound on the configuration's cost: no
+   simulation can answer fewer replicas, and attainment is at most 1.
 3. **Pruning.** Configurations are simulated in *waves* of ``wave`` configurations, in
    increasing order of that lower bound. Before each wave, a configuration whose lower
    bound on the cost per million good tokens (its fluid fleet, ``fluid_min + spares``

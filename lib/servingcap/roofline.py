@@ -868,6 +868,80 @@ class Roofline:
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
 
+    def fluid_work_s(self, prompt_tokens, output_tokens, max_batch: int,
+                     uncached_tokens=None) -> float:
+        """A lower bound on the replica time per request (s) when the replica is never
+        idle, whatever the scheduler (mixed chunks, combined, prefill first): the work
+        behind :func:`servingcap.planning.fluid_rate`'s upper bound on throughput.
+
+        Parameters
+        ----------
+        prompt_tokens, output_tokens : array-like
+            Each request's prompt and output lengths (tokens).
+        max_batch : int
+            Most sequences decoding in one step (the replica's batch slots).
+        uncached_tokens : array-like, optional
+            Prompt tokens each request must prefill at the least (default: all of them).
+
+        A step costs ``sum over groups of max(compute_g, memory_g)`` plus the all-reduce
+        and the overhead, and ``sum_steps max(c, m) >= max(sum c, sum m)`` for each group,
+        so over any schedule of the requests' steps (``D = N - 1`` decode tokens each,
+        ``P`` prompt, ``U`` of it uncached, ``B = max_batch``):
+
+        * linear: compute of ``U + D`` tokens at the active weights; memory at least
+          ``D / B`` reads of a full decode batch's weights -- a step carries at most
+          ``B`` decodes, and the weights a step touches are a concave function of its
+          tokens (:func:`expected_experts`; constant for a dense model), so ``d``
+          decodes cost at least ``d / B`` of ``B``'s read;
+        * LM head: ``D`` sampled tokens' FLOPs; at least ``D / B`` reads of its weights;
+        * prefill attention: the causal pairs of the uncached tokens (chunking does not
+          change their sum); the ``P`` context tokens' KV at least once;
+        * decode attention: the ``j``-th decode reads at least ``P + j - 1`` tokens;
+        * all-reduce: ``U + D`` tokens; overhead: at least ``D / B`` steps.
+
+        Means over the requests are taken of each group's FLOPs and bytes (a bound for a
+        mix of lengths too: ``sum max >= max of sums``). The earlier estimate -- a
+        prefill-only step of the mean prompt plus ``D / B`` full decode steps -- charged
+        a prompt its own weight read and step, which a fused step shares with the
+        decodes it rides on: it was not a bound (a simulated Llama-3.1-8B H100 replica,
+        mixed mode, 512-token budget, 2,000 / 300 tokens, carried 7.0 req/s against its
+        5.9 req/s).
+        """
+        b = _check.whole("max_batch", max_batch)
+        with _check.naming("prompt_tokens"):
+            p = np.asarray(prompt_tokens, dtype=float).ravel()
+        with _check.naming("output_tokens"):
+            n = np.asarray(output_tokens, dtype=float).ravel()
+        with _check.naming("uncached_tokens"):
+            u = p if uncached_tokens is None else np.asarray(uncached_tokens, dtype=float).ravel()
+        if not (p.size and p.shape == n.shape == u.shape):
+            raise ValueError(f"prompt_tokens, output_tokens and uncached_tokens must be "
+                             f"non-empty and of one length, got {p.size}, {n.size}, {u.size}")
+        for label, arr in (("prompt_tokens", p), ("output_tokens", n), ("uncached_tokens", u)):
+            if not (np.isfinite(arr).all() and (arr >= 0).all()
+                    and (arr <= _check.MAX_TOKENS).all()):
+                raise ValueError(f"{label} must be token counts in [0, "
+                                 f"{_check.MAX_TOKENS:.0e}]")
+        if (u > p).any():
+            raise ValueError("uncached_tokens must not exceed prompt_tokens")
+        m, size = self.model, self._bytes()
+        d = np.maximum(n - 1.0, 0.0)
+        steps = float(d.mean()) / b                 # steps with decodes, at the least
+        tokens = float((u + d).mean())
+        kv = m.kv_bytes_per_token(size)
+        pair_flops = 4 * m.layers * m.heads * m.head_dim
+        pairs = float((u * (p - u) + u * (u + 1) / 2).mean())
+        decode_ctx = float((d * p + d * (d - 1) / 2).mean())
+        flops = np.array([2 * tokens * m.layers * m.active_params_per_layer,
+                          2 * float(d.mean()) * m.lm_head_params,
+                          pair_flops * pairs, pair_flops * decode_ctx])
+        hbm = np.array([steps * float(m.linear_params_read(b)) * size,
+                        steps * m.lm_head_params * size,
+                        kv * float(np.where(u > 0, p, 0.0).mean()), kv * decode_ctx])
+        compute, memory = self._times(flops, hbm)
+        return (float(np.maximum(compute, memory).sum()) + self._comm_s(tokens)
+                + self.overhead_s * steps)
+
     def efficiency_source(self) -> str:
         """Where this roofline's efficiency factors come from, in words."""
         if (self.flops_efficiency, self.bandwidth_efficiency) == (1.0, 1.0):
