@@ -420,11 +420,12 @@ def _replica(cfg: Config, ctx: _Context) -> tuple[Replica, int]:
     if heads % cfg.tp:
         raise ValueError(f"num_attention_heads {heads} does not divide by tp={cfg.tp}")
     fp8 = cfg.dtype == "fp8"
-    memory = memory_plan(ctx.model, cfg.gpu, tp=cfg.tp, fp8=fp8,
+    spec = _model_config(ctx.model, name=ctx.model_label)
+    memory = memory_plan(spec, cfg.gpu, tp=cfg.tp, fp8=fp8,
                          gpu_memory_utilization=ctx.gpu_memory_utilization)
     prompt, output = _mean_tokens(ctx.requests)
     memory.check_batch(cfg.max_batch, prompt + output / 2)
-    cost = Roofline(_model_config(ctx.model, name=ctx.model_label), cfg.gpu, tp=cfg.tp,
+    cost = Roofline(spec, cfg.gpu, tp=cfg.tp,
                     fp8=fp8, flops_efficiency=ctx.flops_efficiency,
                     bandwidth_efficiency=ctx.bandwidth_efficiency)
     replica = Replica(max_batch=cfg.max_batch, mode=cfg.mode,
