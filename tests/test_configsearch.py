@@ -133,8 +133,8 @@ def test_bad_search_input_names_it():
     with pytest.raises(ValueError, match="grid is empty"):
         cs.search("Llama-3.1-8B", WORKLOAD, 2.0, gpus=["A100-80GB"], tps=(1,),
                   **{**SMALL, "dtypes": ("fp8",)}, executor=None)
-    with pytest.raises(ValueError, match="num_local_experts"):
-        cs.search({**LLAMA, "num_local_experts": 8}, WORKLOAD, 2.0, executor=None)
+    with pytest.raises(ValueError, match="n_routed_experts"):      # DeepSeek-style MoE
+        cs.search({**LLAMA, "n_routed_experts": 64}, WORKLOAD, 2.0, executor=None)
     with pytest.raises(ValueError, match="rate"):
         cs.search("Llama-3.1-8B", WORKLOAD, -1.0, executor=None)
     with pytest.raises(ValueError, match="wave"):

@@ -169,6 +169,7 @@ SEARCH_TABLE = pd.DataFrame({
     "min_separating_usd_per_mtok": [0.8, 1.2]})
 SERIES = _RNG.exponential(1.0, 200)
 ROOF = roofline.Roofline("Llama-2-7b-hf", "A100-80GB")
+MOE_ROOF = roofline.Roofline("Mixtral-8x7B-v0.1", "H100-SXM", tp=2)
 VIDUR_COST = profiles.vidur_cost("Llama-3.1-8B", "A100-80GB")
 MEMORY = memory.memory_plan("Llama-3.1-8B", "H100-SXM")
 USER_GPUS = traffic.data_dir() / "gpus_example_user.csv"     # a user's GPU spec file (MI300X, B200)
@@ -633,9 +634,22 @@ ENTRIES = [
     E("roofline.model_config", roofline.model_config, source="Llama-3.1-8B", name="llama"),
     E("roofline.model_config[mapping]", lambda source: roofline.model_config(source),
       source=CONFIG),
+    E("roofline.read_config", roofline.read_config, source="Llama-3.1-8B", name="llama",
+      param="source"),
     E("roofline.fit_efficiency", roofline.fit_efficiency, model="Llama-2-7b-hf",
       gpu_name="A100-80GB", tokens=[128, 512, 2048], seconds=[0.01, 0.03, 0.12], tp=1,
       lm_head=False),
+    E("roofline.expected_experts", roofline.expected_experts, experts=8,
+      experts_per_token=2, tokens=[0, 1, 8, 256]),
+    E("roofline.Roofline.weight_read_bytes", lambda tokens: MOE_ROOF.weight_read_bytes(tokens),
+      tokens=64.0),
+    E("roofline.Roofline.fluid_work_s", lambda prompt_tokens, output_tokens, max_batch,
+      uncached_tokens: MOE_ROOF.fluid_work_s(prompt_tokens, output_tokens, max_batch,
+                                             uncached_tokens),
+      prompt_tokens=[2000.0, 500.0], output_tokens=[300.0, 20.0], max_batch=32,
+      uncached_tokens=[1500.0, 500.0]),
+    E("roofline.Roofline.weight_read_s", lambda tokens: MOE_ROOF.weight_read_s(tokens),
+      tokens=64.0),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
     E("roofline.linear_op_check", roofline.linear_op_check, fitted=False),
     E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:

@@ -152,6 +152,26 @@ def test_unknown_model_name_is_named():
         roofline.model_config("Llama-9")
 
 
+@pytest.mark.parametrize("text, match", [("{not json", "not a readable JSON config.json"),
+                                         ("[1, 2]", "must hold a JSON object")])
+def test_one_loader_names_the_callers_parameter(tmp_path, text, match):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    for param in ("source", "model"):
+        with pytest.raises(ValueError, match=f"^{param}=.*{match}") as err:
+            roofline.read_config(path, param=param)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=f"^source=.*{match}"):
+        roofline.model_config(path)
+    # a config.json in a folder is labelled by the folder; a shipped name by its own name
+    good = tmp_path / "Mine" / "config.json"
+    good.parent.mkdir()
+    good.write_text(json.dumps(roofline.read_config("Llama-3.1-8B")[0]))
+    assert roofline.read_config(good)[1] == "Mine"
+    assert roofline.model_config(good).tied_embeddings is False      # Llama 3 unties
+    assert roofline.model_config("opt-13b").tied_embeddings is True   # HF's default
+
+
 def test_lm_head_can_be_left_out_for_per_layer_profiles():
     model = Roofline("Llama-2-7b-hf", "A100-80GB")
     detail = step(prefill=[1000])

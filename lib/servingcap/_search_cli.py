@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
             "attainment x mean output tokens). Ranked cheapest first (ties: lower p99 TTFT),\n"
             "with the Pareto front of cost vs p99 TTFT and whether the cheapest is separated\n"
             "from the runner-up. The step time is the roofline of --model-config on each GPU\n"
-            "(efficiencies 0.62 / 0.55 measured by default). Colocated replicas only; dense\n"
-            "models only (mixture-of-experts configs are refused)."),
+            "(efficiencies 0.62 / 0.55 measured by default; a mixture of experts fits by its\n"
+            "total weights and steps by its active ones). Colocated replicas only."),
         epilog=("Example:\n  python -m servingcap search --model-config Llama-3.1-8B --rate 30 "
                 "\\\n      --gpus L40S,A100-80GB,H100-SXM --tp 1,2 --budgets 512,2048"))
     plan = _plan_parser()
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                 target._add_action(action)
     g = p.add_argument_group("configurations searched")
     g.add_argument("--model-config", type=str, metavar="NAME|PATH", default=S,
-                   help="the model: a Hugging Face config.json of a dense model, or a shipped "
+                   help="the model: a Hugging Face config.json (dense, Mixtral or Qwen-MoE), or a shipped "
                         "one (" + ", ".join(model_names()) + ") (required)")
     g.add_argument("--gpus", type=str, metavar="LIST", default=S,
                    help="comma-separated GPU names (" + ", ".join(map(str, gpu_table()["gpu"]))

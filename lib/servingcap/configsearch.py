@@ -1,10 +1,11 @@
 """Which GPU, which parallelism, which mode, how many: a cost-optimal configuration search.
 
-For one model (a dense ``config.json``), one arrival rate, one workload and one SLO, the
-search walks a grid of serving configurations -- GPU (``data/gpus.csv``), tensor-parallel
-degree ``tp``, weight dtype (``bf16``: the config's own dtype; ``fp8``: 1-byte weights and
-KV cache, only on GPUs with fp8 tensor cores), scheduling mode and token budget, batch
-slots -- and for each one answers *how many replicas, at what price*:
+For one model (a ``config.json``: dense, or a Mixtral / Qwen-MoE mixture of experts),
+one arrival rate, one workload and one SLO, the search walks a grid of serving
+configurations -- GPU (``data/gpus.csv``), tensor-parallel degree ``tp``, weight dtype
+(``bf16``: the config's own dtype; ``fp8``: 1-byte weights and KV cache, only on GPUs
+with fp8 tensor cores), scheduling mode and token budget, batch slots -- and for each
+one answers *how many replicas, at what price*:
 
 1. **Fit.** ``num_attention_heads`` must divide by ``tp`` (as vLLM requires); the weights,
    a runtime reserve and the KV cache must fit (:func:`servingcap.memory.memory_plan`),
@@ -15,9 +16,10 @@ slots -- and for each one answers *how many replicas, at what price*:
    (``status == "refused"``), never raised.
 2. **Fluid bound.** The fewest replicas that can carry the rate at all,
    ``fluid_min = floor(rate / fluid_rate(one replica)) + 1``
-   (:func:`servingcap.planning.fluid_rate`). Its cost is a hard lower bound on the
-   configuration's cost: no simulation can answer fewer replicas, and attainment is at
-   most 1.
+   (:func:`servingcap.planning.fluid_rate`, from the roofline's own lower bound on a
+   request's work, :meth:`servingcap.roofline.Roofline.fluid_work_s`, valid in every
+   scheduling mode). Its cost is a hard lower bound on the configuration's cost: no
+   simulation can answer fewer replicas, and attainment is at most 1.
 3. **Pruning.** Configurations are simulated in *waves* of ``wave`` configurations, in
    increasing order of that lower bound. Before each wave, a configuration whose lower
    bound on the cost per million good tokens (its fluid fleet, ``fluid_min + spares``
@@ -77,9 +79,12 @@ settings and the package version); a repeated or interrupted search reuses it
 Prices are data the user owns: ``data/gpu_prices.csv`` (``gpu, usd_per_gpu_hour,
 source, date``; :func:`load_prices`), overridden per GPU (:func:`resolve_prices`).
 
+Mixture-of-experts models fit by their *total* weights (every expert,
+:func:`servingcap.memory.memory_plan`) and step by their *active* FLOPs and the experts
+a step touches (:class:`servingcap.roofline.Roofline`, uniform routing).
+
 Not done: disaggregated prefill/decode pools (:mod:`servingcap.disagg`) are not searched
-(colocated replicas only), and mixture-of-experts configs are refused (their total and
-active parameters differ; :func:`load_model` names the field).
+(colocated replicas only), nor expert parallelism (experts are sharded over ``tp``).
 
 Inspired by Vidur-Search (microsoft/vidur, ``vidur/config_optimizer/config_explorer``:
 a grid over device, parallelism, scheduler and batch size, each point simulated to its
@@ -107,7 +112,7 @@ from . import __version__, _check, parallel, planning, stats
 from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_plan
 from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline, gpu_table
 from .roofline import model_config as _model_config
-from .roofline import model_names as _model_names
+from .roofline import read_config as _read_config
 from .routers import DEFAULT_ROUTER
 from .serving import MODES, Replica, check_fleet
 from .traffic import data_dir
@@ -162,46 +167,13 @@ _CACHE_FORMAT = 1
 # --------------------------------------------------------------------------- inputs
 
 
-_MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
-               "num_experts_per_tok")
-
-
 def load_model(model) -> tuple[dict, str]:
-    """(config dict, label) of a dense model: a shipped name (``"Llama-3.1-8B"``), a path
-    to a ``config.json`` or the parsed dict.
-
-    Mixture-of-experts configs are refused with a ValueError naming the field that makes
-    them one (``num_local_experts``, ``num_experts``, ``n_routed_experts``, ...): their
-    weights in memory (all experts) and the weights a token reads (the active ones) differ,
-    which the dense roofline does not model.
-    """
-    source = model
-    if isinstance(source, Mapping):
-        config, label = dict(source), str(source.get("_name_or_path", "model"))
-    elif isinstance(source, (str, Path)):
-        path = Path(source)
-        if str(source) in _model_names():
-            path = data_dir() / "model_configs" / f"{source}.json"
-        if not path.is_file():
-            raise ValueError(f"model={str(source)!r} is neither a shipped model config "
-                             f"({', '.join(_model_names())}) nor a file")
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"model={str(source)!r} is not a readable JSON config.json "
-                             f"({exc})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"model={str(source)!r} must hold a JSON object")
-        label = path.stem if path.stem != "config" else path.parent.name or "model"
-    else:
-        raise ValueError(f"model must be a shipped model name, a config.json path or a "
-                         f"mapping, got {source!r}")
-    for key in _MOE_FIELDS:
-        value = config.get(key)
-        if value not in (None, 0, 1, False):
-            raise ValueError(f"model config field {key}={value!r} makes {label} a "
-                             "mixture-of-experts model: total and active parameters differ "
-                             "and the search models dense models only (not done)")
+    """(config dict, label) of a model: a shipped name (``"Llama-3.1-8B"``,
+    ``"Mixtral-8x7B-v0.1"``), a path to a ``config.json`` or the parsed dict
+    (:func:`servingcap.roofline.read_config`), validated by
+    :func:`servingcap.roofline.model_config` (dense, Mixtral or Qwen-MoE; other
+    mixture-of-experts layouts are refused naming their field). Errors name ``model``."""
+    config, label = _read_config(model, param="model")
     with _check.naming("model"):
         _model_config(config, name=label)        # validates the fields the roofline needs
     return config, label
@@ -448,11 +420,12 @@ def _replica(cfg: Config, ctx: _Context) -> tuple[Replica, int]:
     if heads % cfg.tp:
         raise ValueError(f"num_attention_heads {heads} does not divide by tp={cfg.tp}")
     fp8 = cfg.dtype == "fp8"
-    memory = memory_plan(ctx.model, cfg.gpu, tp=cfg.tp, fp8=fp8,
+    spec = _model_config(ctx.model, name=ctx.model_label)
+    memory = memory_plan(spec, cfg.gpu, tp=cfg.tp, fp8=fp8,
                          gpu_memory_utilization=ctx.gpu_memory_utilization)
     prompt, output = _mean_tokens(ctx.requests)
     memory.check_batch(cfg.max_batch, prompt + output / 2)
-    cost = Roofline(_model_config(ctx.model, name=ctx.model_label), cfg.gpu, tp=cfg.tp,
+    cost = Roofline(spec, cfg.gpu, tp=cfg.tp,
                     fp8=fp8, flops_efficiency=ctx.flops_efficiency,
                     bandwidth_efficiency=ctx.bandwidth_efficiency)
     replica = Replica(max_batch=cfg.max_batch, mode=cfg.mode,
@@ -748,7 +721,7 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
     Parameters
     ----------
     model : str, Path or mapping
-        A dense model config (:func:`load_model`).
+        A model config, dense or mixture of experts (:func:`load_model`).
     requests : PoissonWorkload or pandas.DataFrame
         The workload, as :func:`servingcap.planning.smallest_fleet` takes it.
     rate : float

@@ -15,8 +15,13 @@ and divides the KV-cache memory into blocks of ``block_size`` (16) tokens. Here:
 * **Weights** from the model's ``config.json`` (:func:`servingcap.roofline.model_config`):
   every layer's GEMMs and the LM head (:attr:`~servingcap.roofline.ModelSpec.weight_bytes`)
   plus the input embedding table (stored, though a step does not read it all) unless
-  the config ties it to the LM head (``tie_word_embeddings``). Split evenly over ``tp``
-  GPUs. Norms and biases are ignored (under 0.01 % of Llama-3.1-8B).
+  the config ties it to the LM head (``tie_word_embeddings``):
+  :attr:`~servingcap.roofline.ModelSpec.total_params`. A mixture-of-experts model holds
+  **every** expert (Mixtral-8x7B: 46.7 B parameters, 87 GiB in bf16), though a token
+  uses only its top-k (12.9 B active): memory is priced by the total, the step's FLOPs
+  by the active parameters (:mod:`servingcap.roofline`). Split evenly over ``tp`` GPUs
+  (each expert sharded, as vLLM's fused MoE layer does without expert parallelism).
+  Norms and biases are ignored (under 0.01 % of Llama-3.1-8B).
 * **Runtime reserve** per GPU, :data:`RUNTIME_RESERVE_GIB` = 3.05 GiB: vLLM's measured
   non-torch memory (1.79 GiB: CUDA context, NCCL, CUDA graphs) plus PyTorch activation
   peak (1.26 GiB) for Llama-3-8B on one H100 with the default token budget, as logged in
@@ -37,17 +42,13 @@ vs the spec sheet's 80). The subtraction itself is :func:`servingcap.kvcache.kv_
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import _check
 from .kvcache import kv_budget_tokens
-from .roofline import GPU, ModelSpec, model_config, model_names
+from .roofline import GPU, ModelSpec, model_config
 from .roofline import gpu as _gpu
-from .traffic import data_dir
 
 __all__ = ["MemoryPlan", "memory_plan", "DEFAULT_GPU_MEMORY_UTILIZATION",
            "RUNTIME_RESERVE_GIB", "GIB"]
@@ -61,22 +62,6 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 RUNTIME_RESERVE_GIB = 1.79 + 1.26
 """Per-GPU memory neither weights nor KV (GiB): vLLM's logged non-torch memory plus
 activation peak for Llama-3-8B on one H100 (vLLM pull request #10511)."""
-
-
-def _tied(source) -> bool:
-    """Whether a config ties the input embedding to the LM head (Hugging Face's
-    ``PretrainedConfig`` default is True; Llama 3 sets False)."""
-    if isinstance(source, ModelSpec):
-        return False
-    if isinstance(source, Mapping):
-        return bool(source.get("tie_word_embeddings", True))
-    path = Path(source)
-    if str(source) in model_names():
-        path = data_dir() / "model_configs" / f"{source}.json"
-    try:
-        return bool(json.loads(path.read_text()).get("tie_word_embeddings", True))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _context(value) -> float:
@@ -178,9 +163,7 @@ def memory_plan(model, gpu, *, tp: int = 1,
     spec = model if isinstance(model, ModelSpec) else model_config(model)
     card = gpu if isinstance(gpu, GPU) else _gpu(gpu)
     dtype = 1 if fp8 else spec.dtype_bytes
-    embedding = 0 if _tied(model) else spec.hidden * spec.vocab
-    params = spec.layers * spec.params_per_layer + spec.lm_head_params + embedding
-    weights = float(params * dtype)
+    weights = float(spec.total_params * dtype)      # every expert of a mixture of experts
     usable = util * card.memory_bytes / 1e9 * GIB        # spec-sheet GB are GiB of HBM
     per_gpu_kv = usable - weights / tp - reserve
     if per_gpu_kv <= 0:

@@ -560,6 +560,12 @@ def _fluid(frame: pd.DataFrame, replica: Replica, replicas: int) -> float:
     prompt = float(_uncached_prompts(frame, replica).mean())
     if replica.step_time is None:            # the built-in cost's own (fused: lower) bound
         return replicas / float(replica.full_batch_work_s(prompt, output))
+    bound = getattr(replica.step_time, "fluid_work_s", None)
+    if callable(bound):                      # a cost model's own lower bound (roofline)
+        return replicas / float(bound(frame["prompt_tokens"].to_numpy(dtype=float),
+                                      frame["output_tokens"].to_numpy(dtype=float),
+                                      replica.max_batch,
+                                      _uncached_prompts(frame, replica).astype(float)))
     prefill = _step_cost(replica, prompt, 0, 0.0)
     step = _step_cost(replica, 0.0, replica.max_batch, prompt + output / 2)
     per_request = prefill + max(output - 1.0, 0.0) * step / replica.max_batch
@@ -576,6 +582,16 @@ def fluid_rate(requests, replica: Replica, replicas: int = 1) -> float:
     overloaded and is never simulated or recommended. With a prefix cache
     (``replica.prefix_cache_blocks`` and a ``hash_ids`` column) each prompt counts only
     the tokens an unbounded fleet-wide cache would not serve, so it stays a bound.
+
+    That work is a true lower bound -- so the rate a true upper bound, in every mode --
+    for the built-in cost (:meth:`~servingcap.serving.Replica.full_batch_work_s`) and for
+    a ``step_time`` that states its own bound as a method ``fluid_work_s(prompt_tokens,
+    output_tokens, max_batch, uncached_tokens)`` (seconds per request, as
+    :meth:`servingcap.roofline.Roofline.fluid_work_s`: a fused step shares one weight
+    read among the prefill chunks and the decodes it carries, which the prefill-step
+    estimate above does not see). For any other ``step_time`` the estimate above is
+    used: a bound when a step's prefill and decode costs add up (nothing shared), an
+    estimate otherwise.
     """
     _, ref = _source(requests)
     return _fluid(ref, _replica(replica), _check.whole("replicas", replicas))
