@@ -264,11 +264,11 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                         f"(default {d['mode']})")
     g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
                    help="most tokens in one step (vLLM --max-num-batched-tokens): the "
-                        "token budget of mixed mode (default: with --model-config/--gpu, "
-                        "derived from --tpot-p99-ms on that GPU's roofline; otherwise the "
-                        f"book's {LOCKED.token_budget}, derived from the TPOT objective on the "
-                        "book's locked replica, not on your cost model), the prefill cap of "
-                        "prefill_first (default: none)")
+                        "token budget of mixed mode (default: derived from --tpot-p99-ms on "
+                        "the replica's step cost, roofline, profile or --cost file: a full "
+                        "batch of decodes at the workload's mean context plus a prompt chunk "
+                        f"fills it; {LOCKED.token_budget} on the book's locked replica), the "
+                        "prefill cap of prefill_first (default: none)")
     g.add_argument("--step-cost", type=str, metavar="NAME", default=S,
                    help="built-in step cost: fused (one forward pass over all the step's "
                         "tokens, as vLLM V1 / SGLang / TensorRT-LLM run it) or additive "
@@ -619,15 +619,22 @@ def settings(options: dict) -> Settings:
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
     card, gpu_text = _gpu_card(o, given)
     step_time, decode, cost_text = _cost_model(o, given, card)
-    if mode == "mixed" and budget_tokens is None and _is_roofline(step_time):
-        budget_tokens, note = _roofline_budget(o, step_time, max_batch, workload)
-        cost_text += "; " + note
     try:
         if o["step_cost"] not in STEP_COSTS:
             raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
         cost = ({"step_time": step_time} if step_time is not None else
                 {"prefill_rate": _number("prefill_rate", o["prefill_rate"]),
                  "decode_step_s": decode, "step_cost": o["step_cost"]})
+        if mode == "mixed":
+            if budget_tokens is None:       # the cost alone: a combined replica has no cap
+                budget_tokens, note = _derived_budget(
+                    o, Replica(max_batch=max_batch, mode="combined", **cost),
+                    _is_roofline(step_time), workload)
+            else:
+                note = (f"token budget {budget_tokens:,} tokens per step, "
+                        + ("set by --max-batched-tokens" if "max_batched_tokens" in given
+                           else f"from --cost {o['cost']}"))
+            cost_text += "; " + note
         replica = Replica(max_batch=max_batch, chunk_tokens=chunk, mode=mode,
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
@@ -686,29 +693,40 @@ def _is_roofline(step_time) -> bool:
     return isinstance(step_time, Roofline)
 
 
-def _roofline_budget(o: dict, roof, max_batch: int, workload) -> tuple[int | None, str]:
-    """The mixed-mode token budget a roofline replica gets when --max-batched-tokens is
-    not given, and a sentence saying so: the largest step (a full batch of decodes at the
-    workload's mean context, one token each, plus a prompt chunk) within the TPOT
-    objective, the derivation the book makes for its locked replica (``LOCKED.token_budget``).
-    A GPU several times faster than the locked one fits a far larger chunk, and keeping the
-    book's 240 tokens would starve its prefill. When a full batch of decodes alone
-    overruns the objective nothing is derived (``None``, the replica's default budget
-    stays) and the sentence says so: lighter batches may still meet it."""
+def _derived_budget(o: dict, costed, roofline: bool, workload) -> tuple[int | None, str]:
+    """The mixed-mode token budget a replica gets when --max-batched-tokens is not
+    given, and a sentence saying where it came from: the largest step (a full batch of
+    decodes at the workload's mean context, one token each, plus a prompt chunk) within
+    the TPOT objective on the replica's own step cost
+    (:func:`servingcap.serving.mixed_token_budget`, the derivation the book makes for
+    its locked replica, ``LOCKED.token_budget``: 240 tokens there). A replica several
+    times faster than the locked one fits a far larger chunk, and keeping the book's
+    240 tokens would starve its prefill. When a full batch of decodes alone overruns
+    the objective nothing is derived (``None``, the replica's default budget stays) and
+    the sentence says so: lighter batches may still meet it. ``costed`` is a replica
+    with the step cost and ``max_batch`` (its mode does not matter)."""
+    import numpy as np
+
+    from .serving import StepDetail, mixed_token_budget
+
     tpot = _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0
     context = _mean_context(workload)
-    chunk = roof.largest_chunk(tpot, max_batch, context)
-    if chunk == 0:
-        decodes = roof.decode_s(max_batch, context)
+    max_batch = costed.max_batch
+    where = "on this roofline" if roofline else "with this step cost"
+    budget = mixed_token_budget(costed, tpot, context)
+    if budget is None:
+        none = np.zeros(0)
+        decodes = costed.cost(StepDetail(none, none, np.full(max_batch, float(context))))
         return None, (f"token budget not derived: a full batch of {max_batch} decodes at the "
                       f"mean context ({context:,.0f} tokens) alone takes "
-                      f"{1000 * decodes:.1f} ms per step, over the {1000 * tpot:g} ms TPOT "
-                      "objective (--max-batched-tokens sets your engine's)")
-    budget = max_batch + chunk
+                      f"{1000 * decodes:.1f} ms per step {where}, over the "
+                      f"{1000 * tpot:g} ms TPOT objective, so the book's default of "
+                      f"{LOCKED.token_budget} tokens stays "
+                      "(--max-batched-tokens sets your engine's)")
     return budget, (f"token budget {budget:,} tokens per step, derived: a full batch of "
                     f"{max_batch} decodes at the mean context ({context:,.0f} tokens) plus "
-                    f"a {chunk:,}-token prompt chunk fills the {1000 * tpot:g} ms TPOT "
-                    "objective on this roofline (--max-batched-tokens sets your engine's)")
+                    f"a {budget - max_batch:,}-token prompt chunk fills the {1000 * tpot:g} ms "
+                    f"TPOT objective {where} (--max-batched-tokens sets your engine's)")
 
 
 def _output(path) -> str | None:
