@@ -806,7 +806,25 @@ def _memory(o: dict, given: dict, replica, workload, card):
                  f"{need:.1f} GiB of KV cache, more than the {memory.kv_bytes / GIB:.1f} GiB "
                  f"left: at most {fits} run at once; the simulation holds the KV capacity, "
                  "so batches stop growing there (lower --max-batch or raise --tp)")
+    elif fits > replica.max_batch:
+        text += (f"\nKV capacity: {fits:,} sequences at the workload's mean context of "
+                 f"{context:,.0f} tokens (prompt + half the output) fit in the KV cache, "
+                 f"against --max-batch {replica.max_batch} slots: a larger --max-batch "
+                 f"(up to {fits:,}) may need fewer replicas, though each step of a larger "
+                 f"batch is slower (plan again with it to see; vLLM's default "
+                 f"--max-num-seqs on the {card.name} is {_vllm_max_num_seqs(card)})")
     return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
+
+
+def _vllm_max_num_seqs(card) -> int:
+    """vLLM's default ``--max-num-seqs`` on this GPU, quoted beside the KV capacity as a
+    reference: 1024 on a GPU with at least 70 GiB of memory that is not an A100, else 256
+    (``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py, the same for its
+    ``LLM`` class and its OpenAI server)."""
+    from .memory import GIB
+
+    big = card.memory_bytes >= 70 * GIB and "a100" not in card.name.lower()
+    return 1024 if big else 256
 
 
 PREFIX_BLOCK_TOKENS = 512
@@ -1091,6 +1109,52 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class _PlanProgress(_Progress):
+    """plan's progress bar on stderr (tqdm). Inside each point it counts the
+    replications run out of the most the point may run (``--budget``), names the size
+    and rate being tried and the attainment of the replications so far
+    (:func:`_activity_text`); when a point finishes, a line above the bar says its
+    attainment and verdict (:func:`_progress_text`). It keeps every point's row
+    (``rows``), as :class:`_Progress` does. Called with ``on_replication`` events
+    (:func:`servingcap.planning.evaluate`) through :meth:`replication`, and with each
+    finished point's row as the ``progress`` callback."""
+
+    def __init__(self, enabled: bool, budget: int):
+        self.bar = None
+        self.rows: list[dict] = []
+        if enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(total=budget, desc="simulating point 1", unit=" rep",
+                            file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def replication(self, event: dict) -> None:
+        if self.bar is None:
+            return
+        if event["done"] == 1:                  # a new point
+            self.bar.reset(total=event["total"])
+            self.bar.set_description_str(f"simulating point {len(self.rows) + 1}",
+                                         refresh=False)
+        self.bar.set_postfix_str(_activity_text(event), refresh=False)
+        self.bar.update(event["done"] - self.bar.n)
+        self.bar.refresh()           # every replication shows (a point has at most --budget)
+
+    def __call__(self, row: dict) -> None:
+        self.rows.append(dict(row))
+        if self.bar is not None:
+            self.bar.write(f"point {len(self.rows)}: {_progress_text(row)}", file=sys.stderr)
+            self.bar.set_description_str(f"simulating point {len(self.rows) + 1}",
+                                         refresh=False)
+            self.bar.set_postfix_str("", refresh=False)
+
+
+def _activity_text(event: dict) -> str:
+    """One replication for the progress bar: ``16 replicas @ 30 req/s: rep 7/16,
+    attainment so far 98.90%`` (the mean attainment of the point's replications run so
+    far, before the warm-up cut)."""
+    return (f"{_replicas(int(event['replicas']))} @ {event['rate_rps']:.4g} req/s: rep "
+            f"{event['done']}/{event['total']}, attainment so far {event['attainment']:.2%}")
 
 
 def _progress_text(row) -> str:
@@ -1576,14 +1640,15 @@ def main(argv=None) -> int:
     except (InputError, ValueError) as exc:     # ValueError: library validation
         print(f"{PROG} plan: error: {exc}", file=sys.stderr)
         return 2
-    bar = _Progress(s.progress)
+    bar = _PlanProgress(s.progress, s.budget)
     try:
         with _stopped_by_signals():
             result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
                           limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
                           seed=s.seed, rtol=s.rtol, confidence=s.confidence,
-                          budget=s.budget, delta=s.delta, holds=s.holds, max_replicas=s.max_replicas,
-                          executor=executor, progress=bar)
+                          budget=s.budget, delta=s.delta, holds=s.holds,
+                          max_replicas=s.max_replicas, executor=executor, progress=bar,
+                          on_replication=bar.replication if s.progress else None)
     except _Stopped as stop:
         bar.close()
         close()
