@@ -270,6 +270,9 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X"], "--gpu"),   # not shipped
     (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X", "--gpu-spec", "no_such.csv"],
      "--gpu-spec"),
+    # no token budget derivable (256 decodes at 15k tokens overrun 50 ms) and 240 < 256
+    (["--model-config", "Llama-3.1-8B", "--gpu", "H100-SXM", "--max-batch", "256",
+      "--prompt-tokens", "15000", "--ttft-p99-ms", "5000"], "--max-batched-tokens"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_the_option(args, named, capsys):
     # each refusal comes before any simulation, so it is immediate (no hang on huge

@@ -630,6 +630,13 @@ def settings(options: dict) -> Settings:
                 budget_tokens, note = _derived_budget(
                     o, Replica(max_batch=max_batch, mode="combined", **cost),
                     _is_roofline(step_time), workload)
+                if budget_tokens is None and max_batch > LOCKED.token_budget:
+                    raise InputError(
+                        f"--max-batch {max_batch}: no token budget follows from "
+                        f"--tpot-p99-ms (a full batch of {max_batch} decodes alone overruns "
+                        f"it) and the book's default of {LOCKED.token_budget} tokens cannot "
+                        "hold one token of every decoding sequence; give "
+                        "--max-batched-tokens (your engine's) or a lower --max-batch")
             else:
                 note = (f"token budget {budget_tokens:,} tokens per step, "
                         + ("set by --max-batched-tokens" if "max_batched_tokens" in given
