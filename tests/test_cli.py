@@ -9,6 +9,7 @@ import time
 import pytest
 from servingcap.__main__ import _trace_requests, main
 from servingcap.fleet import size_fleet
+from servingcap.params import LOCKED
 from servingcap.planning import PoissonWorkload, fluid_rate, hold_time, plan
 from servingcap.serving import Replica
 from servingcap.traffic import data_dir
@@ -58,8 +59,11 @@ def parse(stdout: str) -> dict:
 
 
 USER_GPUS = str(data_dir() / "gpus_example_user.csv")
-FAST_REPLICA = Replica(prefill_rate=8000, decode_step_s=0.020, max_batch=8)
 FAST_WORK = PoissonWorkload(1000, 40)
+# the command derives the mixed token budget from --tpot-p99-ms on this replica's cost: a
+# full batch of 8 decodes (20 ms) plus a chunk fills 50 ms, 400 tokens at 8,000 tokens/s
+FAST_REPLICA = Replica(prefill_rate=8000, decode_step_s=0.020, max_batch=8,
+                       max_batched_tokens=400)
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +270,9 @@ def test_progress_bar_goes_to_stderr(capsys):
     (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X"], "--gpu"),   # not shipped
     (["--model-config", "Llama-3.1-8B", "--gpu", "MI300X", "--gpu-spec", "no_such.csv"],
      "--gpu-spec"),
+    # no token budget derivable (256 decodes at 15k tokens overrun 50 ms) and 240 < 256
+    (["--model-config", "Llama-3.1-8B", "--gpu", "H100-SXM", "--max-batch", "256",
+      "--prompt-tokens", "15000", "--ttft-p99-ms", "5000"], "--max-batched-tokens"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_the_option(args, named, capsys):
     # each refusal comes before any simulation, so it is immediate (no hang on huge
@@ -575,3 +582,90 @@ def test_a_cost_file_with_a_user_gpu_in_fp8_sizes_the_memory_only(tmp_path):
     assert s.memory.startswith("1 x B200 at gpu_memory_utilization 0.9 = 162.0 GiB: "
                                "weights (fp8) 7.5 GiB")
     assert s.gpu.startswith("B200 from --gpu-spec")
+
+
+def test_every_cost_model_gets_the_token_budget_its_tpot_objective_allows(tmp_path):
+    """Review finding H2: a non-roofline replica in mixed mode kept the locked replica's
+    240 tokens whatever its own step cost (the opt-13b profile at TPOT 150 ms: 240 tokens
+    missed 68.6 % where 2,048 met 99.95 %). The same rule now applies to every cost model
+    (:func:`servingcap.serving.mixed_token_budget`), it still gives the book's 240 on the
+    locked replica, and the report says where the budget came from."""
+    from pathlib import Path
+
+    from servingcap import calibrate
+    from servingcap.__main__ import _mean_context, settings
+    from servingcap.serving import mixed_token_budget
+
+    book = settings({"rate": 30})
+    assert book.replica.max_batched_tokens == LOCKED.token_budget == 240
+    assert ("token budget 240 tokens per step, derived: a full batch of 32 decodes at the "
+            "mean context (2,150 tokens) plus a 208-token prompt chunk fills the 50 ms TPOT "
+            "objective with this step cost") in book.cost
+    opt = settings({"rate": 1, "profile": "opt-13b", "tpot_p99_ms": "150"})
+    costed = Replica(step_time=opt.replica.step_time, max_batch=32, mode="combined")
+    derived = mixed_token_budget(costed, 0.150, _mean_context(opt.requests))
+    assert opt.replica.max_batched_tokens == derived > 240
+    assert f"token budget {derived:,} tokens per step, derived" in opt.cost
+    tight = settings({"rate": 1, "profile": "opt-13b", "tpot_p99_ms": "100"})
+    assert tight.replica.max_batched_tokens < derived          # a tighter objective: less
+    given = settings({"rate": 1, "profile": "opt-13b", "max_batched_tokens": "2048"})
+    assert given.replica.max_batched_tokens == 2048
+    assert "token budget 2,048 tokens per step, set by --max-batched-tokens" in given.cost
+    result = Path(__file__).parent / "data" / "vllm_bench_serve_result.json"
+    path = calibrate.save_cost(calibrate.calibrate(result, max_batch=4, mode="mixed",
+                                                   max_batched_tokens=512),
+                               tmp_path / "cost.json")
+    filed = settings({"cost": str(path), "rate": 2})
+    assert filed.replica.max_batched_tokens == 512
+    assert f"token budget 512 tokens per step, from --cost {path}" in filed.cost
+    combined = settings({"rate": 1, "profile": "opt-13b", "mode": "combined"})
+    assert "token budget" not in combined.cost              # combined mode has none
+
+
+def test_the_memory_line_says_how_many_sequences_the_kv_cache_holds():
+    """Review finding H1: the default 32 slots ignore the KV capacity (Llama-3.1-8B on an
+    H100 holds about 205 sequences at a 2,150-token mean context). The default stays; the
+    memory section says how many fit, that a larger --max-batch may need fewer replicas,
+    and vLLM's default --max-num-seqs on that GPU (1024 on an H100, 256 on an L40S)."""
+    from servingcap.__main__ import _mean_context, settings
+    from servingcap.memory import memory_plan
+    from servingcap.roofline import gpu
+
+    work = {"rate": 1, "model_config": "Llama-3.1-8B", "prompt_tokens": "2000",
+            "output_tokens": "300"}
+    h100 = settings({**work, "gpu": "H100-SXM"})
+    fits = memory_plan("Llama-3.1-8B", gpu("H100-SXM")).max_batch(_mean_context(h100.requests))
+    assert 200 <= fits <= 210 and h100.replica.max_batch == 32
+    assert (f"KV capacity: {fits:,} sequences at the workload's mean context of 2,150 tokens "
+            "(prompt + half the output) fit in the KV cache, against --max-batch 32 slots: a "
+            f"larger --max-batch (up to {fits:,}) may need fewer replicas") in h100.memory
+    assert "vLLM's default --max-num-seqs on the H100-SXM is 1024" in h100.memory
+    l40s = settings({**work, "gpu": "L40S"})
+    assert "vLLM's default --max-num-seqs on the L40S is 256" in l40s.memory
+    full = settings({**work, "gpu": "H100-SXM", "max_batch": "256", "max_batched_tokens":
+                     "4096"})
+    assert "WARNING: --max-batch 256 slots" in full.memory
+    assert "KV capacity:" not in full.memory           # the warning says it instead
+    assert "KV capacity:" not in settings({"rate": 1}).memory   # no memory model: no line
+
+
+def test_the_progress_bar_moves_inside_a_point(fast_run, capsys):
+    """Issue 23: the bar ticked once per point, so nothing moved for minutes while a
+    point ran its replications. It now counts the replications of the point out of
+    --budget, names the size being tried with 'rep k/n' and the attainment so far, and
+    prints each finished point's attainment and verdict; stdout is the same as with
+    --no-progress."""
+    from servingcap.__main__ import _activity_text, _replicas
+
+    status, out, err = main_in_process(
+        ["plan", *[a for a in FAST if a != "--no-progress"]], capsys)
+    assert status == 0, err
+    assert out == fast_run.stdout
+    size = _replicas(parse(out)["fleet"][0])               # "1 replica", "3 replicas"
+    assert f"{size} @ 4 req/s: rep 1/4, attainment so far " in err
+    assert f"{size} @ 4 req/s: rep 4/4" in err
+    assert re.search(rf"point \d+: {size} @ 4 req/s: attainment [\d.]+%, meets", err)
+    assert "/4 [" in err                                # the bar's total: --budget
+    assert _activity_text({"replicas": 16, "rate_rps": 30.0, "done": 7, "total": 16,
+                           "attainment": 0.989}) == (
+        "16 replicas @ 30 req/s: rep 7/16, attainment so far 98.90%")

@@ -652,6 +652,11 @@ ENTRIES = [
       tokens=64.0),
     E("roofline.step", roofline.step, prefill=[100, 200], cached=[0, 50], decode=[50, 60]),
     E("roofline.linear_op_check", roofline.linear_op_check, fitted=False),
+    # the step-cost helpers of serving (the engine itself is fuzzed by its own tests)
+    E("serving.largest_chunk", serving.largest_chunk, step_cost=REPLICA.cost, budget_s=0.05,
+      batch=32, context_tokens=2300.0, cached_tokens=0),
+    E("serving.mixed_token_budget", serving.mixed_token_budget, replica=REPLICA, tpot_s=0.05,
+      context_tokens=2150.0),
     E("roofline.Roofline.largest_chunk", lambda budget_s, batch, context_tokens, cached_tokens:
       ROOF.largest_chunk(budget_s, batch, context_tokens, cached_tokens), budget_s=0.05,
       batch=32, context_tokens=2300.0, cached_tokens=0),
@@ -724,7 +729,7 @@ ENTRIES = [
       decode_points=[(1, 500, 0.02), (8, 4000, 0.025), (32, 16000, 0.03), (64, 32000, 0.045)]),
     # parallel (serial or one-worker pools only: the fuzz starts no worker processes)
     E("parallel.run_all", parallel.run_all, allow_nan=True, fn=str, tasks=[1.0, 2.0],
-      executor=None),
+      executor=None, on_result=lambda index, result: None),
     E("parallel.resolve", parallel.resolve, executor=None),
     E("parallel.default_workers", parallel.default_workers),
     E("parallel.max_workers", parallel.max_workers),
@@ -777,7 +782,7 @@ ENTRIES = [
       limits={"ttft_s": 1.0}, target=0.9),
     E("planning.evaluate", planning.evaluate, heavy=True, allow_nan=True, requests=WORKLOAD,
       replica=REPLICA, rate=1.0, replicas=1, limits={"ttft_s": 1.0}, target=0.9, seed=0,
-      **TINY),
+      on_replication=lambda event: None, **TINY),
     E("planning.capacity_search", planning.capacity_search, heavy=True, allow_nan=True,
       requests=WORKLOAD, replica=REPLICA, replicas=1, limits={"ttft_s": 1.0}, target=0.9,
       lo=0.5, hi=30.0, rtol=0.2, **TINY),

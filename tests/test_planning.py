@@ -409,3 +409,36 @@ def test_fluid_rate_bounds_a_saturated_replica_in_every_mode(model, mode, budget
         p, o = frame["prompt_tokens"].mean(), frame["output_tokens"].mean()
         old = 1 / (cost.prefill_s(round(p)) + (o - 1) * cost.decode_s(32, p + o / 2) / 32)
         assert carried > old
+
+
+def test_on_replication_reports_each_replication_of_a_point_in_order():
+    """A progress report inside a point (issue 23: the bar ticked once per point, so a
+    user saw nothing move while a point ran its replications): one event per
+    replication, counting up to the replications run, with the most the point may run
+    and the attainment so far."""
+    events = []
+    row = evaluate(WORK, SMALL, 4.0, replicas=1, budget=4, holds=2.0, seed=3,
+                   on_replication=events.append, **FAST)
+    assert [e["done"] for e in events] == list(range(1, row["replications"] + 1))
+    assert all(e["total"] == 4 and e["replicas"] == 1 and e["rate_rps"] == 4.0
+               for e in events)
+    assert all(0.0 <= e["attainment"] <= 1.0 for e in events)
+    # the last event's attainment is the replications' mean, before the warm-up cut the
+    # verdict makes: close to the row's estimate (a cut removes a few early requests)
+    assert events[-1]["attainment"] == pytest.approx(row["attainment"], abs=0.05)
+    quiet = evaluate(WORK, SMALL, 4.0, replicas=1, budget=4, holds=2.0, seed=3, **FAST)
+    assert pd.Series(quiet).equals(pd.Series(row))      # the report changes nothing
+    with pytest.raises(ValueError, match="on_replication"):
+        evaluate(WORK, SMALL, 4.0, on_replication="bar", **FAST)
+
+
+def test_plan_reports_replications_of_every_point_to_on_replication():
+    events, rows = [], []
+    result = plan(WORK, SMALL, 4.0, spares=1, budget=2, holds=2.0, seed=3, rtol=0.25,
+                  progress=rows.append, on_replication=events.append, **FAST)
+    assert len(events) == result.simulations == sum(r["replications"] for r in rows)
+    starts = [i for i, e in enumerate(events) if e["done"] == 1]
+    assert len(starts) == len(rows)                 # one run of counts per point
+    for row, i in zip(rows, starts, strict=True):
+        assert events[i + row["replications"] - 1]["done"] == row["replications"]
+        assert events[i]["rate_rps"] == row["rate_rps"]

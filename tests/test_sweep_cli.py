@@ -14,13 +14,16 @@ import pandas as pd
 import pytest
 from servingcap.__main__ import main
 from servingcap.planning import CURVE_COLUMNS, PoissonWorkload, curve_knee, fluid_rate, goodput_curve
-from servingcap.serving import Replica
+from servingcap.serving import Replica, mixed_token_budget
 from servingcap.sweepcli import MAX_RATES, goodput_figure, parse_rates
 
 FAST = ["--prompt-tokens", "200", "--output-tokens", "20", "--max-batch", "8",
         "--holds", "5", "--budget", "4", "--workers", "1", "--seed", "3"]
-REPLICA = Replica(max_batch=8)            # the defaults FAST leaves in place
 WORK = PoissonWorkload(200, 20)
+# the defaults FAST leaves in place; the mixed token budget is derived from the 50 ms TPOT
+# objective on this replica (8 decodes at the mean context, 210 tokens, plus a chunk)
+REPLICA = Replica(max_batch=8, max_batched_tokens=mixed_token_budget(
+    Replica(max_batch=8, mode="combined"), 0.050, 200 + 20 / 2))
 BOUND = fluid_rate(WORK, REPLICA)         # 25.48 req/s: 26 is overloaded
 RATES = [12.0, 18.0]
 ROW = (r"^\s+([\d.]+) req/s\s+([\d.]+)% \(([\d.]+)-([\d.]+)%\)\s+(meets|misses|open|unstable)"

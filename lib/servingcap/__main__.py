@@ -264,11 +264,11 @@ def _add_options(p: argparse.ArgumentParser, command: str) -> None:
                         f"(default {d['mode']})")
     g.add_argument("--max-batched-tokens", type=str, metavar="TOKENS", default=S,
                    help="most tokens in one step (vLLM --max-num-batched-tokens): the "
-                        "token budget of mixed mode (default: with --model-config/--gpu, "
-                        "derived from --tpot-p99-ms on that GPU's roofline; otherwise the "
-                        f"book's {LOCKED.token_budget}, derived from the TPOT objective on the "
-                        "book's locked replica, not on your cost model), the prefill cap of "
-                        "prefill_first (default: none)")
+                        "token budget of mixed mode (default: derived from --tpot-p99-ms on "
+                        "the replica's step cost, roofline, profile or --cost file: a full "
+                        "batch of decodes at the workload's mean context plus a prompt chunk "
+                        f"fills it; {LOCKED.token_budget} on the book's locked replica), the "
+                        "prefill cap of prefill_first (default: none)")
     g.add_argument("--step-cost", type=str, metavar="NAME", default=S,
                    help="built-in step cost: fused (one forward pass over all the step's "
                         "tokens, as vLLM V1 / SGLang / TensorRT-LLM run it) or additive "
@@ -619,15 +619,29 @@ def settings(options: dict) -> Settings:
                      else _whole("max_batched_tokens", o["max_batched_tokens"]))
     card, gpu_text = _gpu_card(o, given)
     step_time, decode, cost_text = _cost_model(o, given, card)
-    if mode == "mixed" and budget_tokens is None and _is_roofline(step_time):
-        budget_tokens, note = _roofline_budget(o, step_time, max_batch, workload)
-        cost_text += "; " + note
     try:
         if o["step_cost"] not in STEP_COSTS:
             raise _bad("step_cost", o["step_cost"], f"must be one of {', '.join(STEP_COSTS)}")
         cost = ({"step_time": step_time} if step_time is not None else
                 {"prefill_rate": _number("prefill_rate", o["prefill_rate"]),
                  "decode_step_s": decode, "step_cost": o["step_cost"]})
+        if mode == "mixed":
+            if budget_tokens is None:       # the cost alone: a combined replica has no cap
+                budget_tokens, note = _derived_budget(
+                    o, Replica(max_batch=max_batch, mode="combined", **cost),
+                    _is_roofline(step_time), workload)
+                if budget_tokens is None and max_batch > LOCKED.token_budget:
+                    raise InputError(
+                        f"--max-batch {max_batch}: no token budget follows from "
+                        f"--tpot-p99-ms (a full batch of {max_batch} decodes alone overruns "
+                        f"it) and the book's default of {LOCKED.token_budget} tokens cannot "
+                        "hold one token of every decoding sequence; give "
+                        "--max-batched-tokens (your engine's) or a lower --max-batch")
+            else:
+                note = (f"token budget {budget_tokens:,} tokens per step, "
+                        + ("set by --max-batched-tokens" if "max_batched_tokens" in given
+                           else f"from --cost {o['cost']}"))
+            cost_text += "; " + note
         replica = Replica(max_batch=max_batch, chunk_tokens=chunk, mode=mode,
                           max_batched_tokens=budget_tokens, **cost)
     except ValueError as exc:
@@ -686,29 +700,40 @@ def _is_roofline(step_time) -> bool:
     return isinstance(step_time, Roofline)
 
 
-def _roofline_budget(o: dict, roof, max_batch: int, workload) -> tuple[int | None, str]:
-    """The mixed-mode token budget a roofline replica gets when --max-batched-tokens is
-    not given, and a sentence saying so: the largest step (a full batch of decodes at the
-    workload's mean context, one token each, plus a prompt chunk) within the TPOT
-    objective, the derivation the book makes for its locked replica (``LOCKED.token_budget``).
-    A GPU several times faster than the locked one fits a far larger chunk, and keeping the
-    book's 240 tokens would starve its prefill. When a full batch of decodes alone
-    overruns the objective nothing is derived (``None``, the replica's default budget
-    stays) and the sentence says so: lighter batches may still meet it."""
+def _derived_budget(o: dict, costed, roofline: bool, workload) -> tuple[int | None, str]:
+    """The mixed-mode token budget a replica gets when --max-batched-tokens is not
+    given, and a sentence saying where it came from: the largest step (a full batch of
+    decodes at the workload's mean context, one token each, plus a prompt chunk) within
+    the TPOT objective on the replica's own step cost
+    (:func:`servingcap.serving.mixed_token_budget`, the derivation the book makes for
+    its locked replica, ``LOCKED.token_budget``: 240 tokens there). A replica several
+    times faster than the locked one fits a far larger chunk, and keeping the book's
+    240 tokens would starve its prefill. When a full batch of decodes alone overruns
+    the objective nothing is derived (``None``, the replica's default budget stays) and
+    the sentence says so: lighter batches may still meet it. ``costed`` is a replica
+    with the step cost and ``max_batch`` (its mode does not matter)."""
+    import numpy as np
+
+    from .serving import StepDetail, mixed_token_budget
+
     tpot = _number("tpot_p99_ms", o["tpot_p99_ms"]) / 1000.0
     context = _mean_context(workload)
-    chunk = roof.largest_chunk(tpot, max_batch, context)
-    if chunk == 0:
-        decodes = roof.decode_s(max_batch, context)
+    max_batch = costed.max_batch
+    where = "on this roofline" if roofline else "with this step cost"
+    budget = mixed_token_budget(costed, tpot, context)
+    if budget is None:
+        none = np.zeros(0)
+        decodes = costed.cost(StepDetail(none, none, np.full(max_batch, float(context))))
         return None, (f"token budget not derived: a full batch of {max_batch} decodes at the "
                       f"mean context ({context:,.0f} tokens) alone takes "
-                      f"{1000 * decodes:.1f} ms per step, over the {1000 * tpot:g} ms TPOT "
-                      "objective (--max-batched-tokens sets your engine's)")
-    budget = max_batch + chunk
+                      f"{1000 * decodes:.1f} ms per step {where}, over the "
+                      f"{1000 * tpot:g} ms TPOT objective, so the book's default of "
+                      f"{LOCKED.token_budget} tokens stays "
+                      "(--max-batched-tokens sets your engine's)")
     return budget, (f"token budget {budget:,} tokens per step, derived: a full batch of "
                     f"{max_batch} decodes at the mean context ({context:,.0f} tokens) plus "
-                    f"a {chunk:,}-token prompt chunk fills the {1000 * tpot:g} ms TPOT "
-                    "objective on this roofline (--max-batched-tokens sets your engine's)")
+                    f"a {budget - max_batch:,}-token prompt chunk fills the {1000 * tpot:g} ms "
+                    f"TPOT objective {where} (--max-batched-tokens sets your engine's)")
 
 
 def _output(path) -> str | None:
@@ -788,7 +813,25 @@ def _memory(o: dict, given: dict, replica, workload, card):
                  f"{need:.1f} GiB of KV cache, more than the {memory.kv_bytes / GIB:.1f} GiB "
                  f"left: at most {fits} run at once; the simulation holds the KV capacity, "
                  "so batches stop growing there (lower --max-batch or raise --tp)")
+    elif fits > replica.max_batch:
+        text += (f"\nKV capacity: {fits:,} sequences at the workload's mean context of "
+                 f"{context:,.0f} tokens (prompt + half the output) fit in the KV cache, "
+                 f"against --max-batch {replica.max_batch} slots: a larger --max-batch "
+                 f"(up to {fits:,}) may need fewer replicas, though each step of a larger "
+                 f"batch is slower (plan again with it to see; vLLM's default "
+                 f"--max-num-seqs on the {card.name} is {_vllm_max_num_seqs(card)})")
     return dataclasses.replace(replica, kv_capacity_tokens=memory.kv_capacity_tokens), text
+
+
+def _vllm_max_num_seqs(card) -> int:
+    """vLLM's default ``--max-num-seqs`` on this GPU, quoted beside the KV capacity as a
+    reference: 1024 on a GPU with at least 70 GiB of memory that is not an A100, else 256
+    (``EngineArgs.get_batch_defaults`` in vllm/engine/arg_utils.py, the same for its
+    ``LLM`` class and its OpenAI server)."""
+    from .memory import GIB
+
+    big = card.memory_bytes >= 70 * GIB and "a100" not in card.name.lower()
+    return 1024 if big else 256
 
 
 PREFIX_BLOCK_TOKENS = 512
@@ -1073,6 +1116,52 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class _PlanProgress(_Progress):
+    """plan's progress bar on stderr (tqdm). Inside each point it counts the
+    replications run out of the most the point may run (``--budget``), names the size
+    and rate being tried and the attainment of the replications so far
+    (:func:`_activity_text`); when a point finishes, a line above the bar says its
+    attainment and verdict (:func:`_progress_text`). It keeps every point's row
+    (``rows``), as :class:`_Progress` does. Called with ``on_replication`` events
+    (:func:`servingcap.planning.evaluate`) through :meth:`replication`, and with each
+    finished point's row as the ``progress`` callback."""
+
+    def __init__(self, enabled: bool, budget: int):
+        self.bar = None
+        self.rows: list[dict] = []
+        if enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(total=budget, desc="simulating point 1", unit=" rep",
+                            file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def replication(self, event: dict) -> None:
+        if self.bar is None:
+            return
+        if event["done"] == 1:                  # a new point
+            self.bar.reset(total=event["total"])
+            self.bar.set_description_str(f"simulating point {len(self.rows) + 1}",
+                                         refresh=False)
+        self.bar.set_postfix_str(_activity_text(event), refresh=False)
+        self.bar.update(event["done"] - self.bar.n)
+        self.bar.refresh()           # every replication shows (a point has at most --budget)
+
+    def __call__(self, row: dict) -> None:
+        self.rows.append(dict(row))
+        if self.bar is not None:
+            self.bar.write(f"point {len(self.rows)}: {_progress_text(row)}", file=sys.stderr)
+            self.bar.set_description_str(f"simulating point {len(self.rows) + 1}",
+                                         refresh=False)
+            self.bar.set_postfix_str("", refresh=False)
+
+
+def _activity_text(event: dict) -> str:
+    """One replication for the progress bar: ``16 replicas @ 30 req/s: rep 7/16,
+    attainment so far 98.90%`` (the mean attainment of the point's replications run so
+    far, before the warm-up cut)."""
+    return (f"{_replicas(int(event['replicas']))} @ {event['rate_rps']:.4g} req/s: rep "
+            f"{event['done']}/{event['total']}, attainment so far {event['attainment']:.2%}")
 
 
 def _progress_text(row) -> str:
@@ -1558,14 +1647,15 @@ def main(argv=None) -> int:
     except (InputError, ValueError) as exc:     # ValueError: library validation
         print(f"{PROG} plan: error: {exc}", file=sys.stderr)
         return 2
-    bar = _Progress(s.progress)
+    bar = _PlanProgress(s.progress, s.budget)
     try:
         with _stopped_by_signals():
             result = plan(s.requests, s.replica, s.rate, router=s.router, policy=s.policy,
                           limits=s.limits, target=s.target, spares=s.spares, beta=s.beta,
                           seed=s.seed, rtol=s.rtol, confidence=s.confidence,
-                          budget=s.budget, delta=s.delta, holds=s.holds, max_replicas=s.max_replicas,
-                          executor=executor, progress=bar)
+                          budget=s.budget, delta=s.delta, holds=s.holds,
+                          max_replicas=s.max_replicas, executor=executor, progress=bar,
+                          on_replication=bar.replication if s.progress else None)
     except _Stopped as stop:
         bar.close()
         close()

@@ -177,26 +177,37 @@ def _picklable(*objects) -> bool:
     return True
 
 
-def run_all(fn: Callable, tasks: Iterable, executor=AUTO) -> list:
+def run_all(fn: Callable, tasks: Iterable, executor=AUTO,
+            on_result: Callable | None = None) -> list:
     """``[fn(task) for task in tasks]``, run by ``executor`` (see the module docstring).
 
     ``fn`` must be a module-level function and each task picklable for a process pool
     or Dask (with ``"auto"`` an unpicklable task runs in this process instead). Results
-    are in task order.
+    are in task order. ``on_result``, if given, is called in this process as
+    ``on_result(index, result)`` as each result arrives, in task order (a progress
+    report inside a batch of tasks).
     """
     if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
         raise ValueError(f"tasks must be an iterable of task arguments, got {tasks!r}")
     items = list(tasks)
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
+    if on_result is not None and not callable(on_result):
+        raise ValueError(f"on_result must be callable or None, got {on_result!r}")
     pool = resolve(executor)
-    if pool is None or len(items) <= 1:
-        return [fn(item) for item in items]
-    if isinstance(executor, str) and not _picklable(fn, items):
-        return [fn(item) for item in items]
+    if pool is None or len(items) <= 1 or (isinstance(executor, str)
+                                            and not _picklable(fn, items)):
+        results = (fn(item) for item in items)
+    else:
+        results = pool.map(fn, items)
+    out = []
     try:
-        return list(pool.map(fn, items))
+        for result in results:
+            out.append(result)
+            if on_result is not None:
+                on_result(len(out) - 1, result)
     except BrokenProcessPool:
         if pool is _POOL:
             _shutdown()                # a worker died (e.g. out of memory): start afresh
         raise
+    return out

@@ -63,6 +63,7 @@ Units: rates in requests/s, times in seconds, tokens, replicas.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -482,6 +483,7 @@ class _Setup:
     target: float
     design: _Design
     hold_s: float
+    activity: Callable | None = None     # on_replication: called after each replication
 
 
 def _setup(requests, replica, router, policy, limits, target, design) -> _Setup:
@@ -492,10 +494,16 @@ def _setup(requests, replica, router, policy, limits, target, design) -> _Setup:
                   hold_s=_hold(ref, replica))
 
 
-def _progress(progress):
+def _progress(progress, name: str = "progress"):
     if progress is not None and not callable(progress):
-        raise ValueError(f"progress must be callable or None, got {progress!r}")
+        raise ValueError(f"{name} must be callable or None, got {progress!r}")
     return progress
+
+
+def _watched(s: _Setup, on_replication) -> _Setup:
+    """``s`` reporting each replication to ``on_replication`` (validated; see
+    :func:`evaluate`)."""
+    return dataclasses.replace(s, activity=_progress(on_replication, "on_replication"))
 
 
 # --------------------------------------------------------------------------- fluid
@@ -942,10 +950,18 @@ def _point(s: _Setup, rate: float, replicas: int) -> dict:
     runs: list[dict] = []
     first = design.first(available)
     looks = stats.look_schedule(first, available) if first >= 2 else [available]
+    met: list[float] = []                   # each replication's attainment, no warm-up cut
+
+    def report(index: int, run: dict) -> None:
+        met.append(float(run["ok"].mean()))
+        s.activity({"replicas": replicas, "rate_rps": rate, "done": len(met),
+                    "total": available, "attainment": float(np.mean(met))})
+
     for want in looks:
         tasks = [(s.source, spec, rate, n, i, seeds[i], replicas, s.router, s.policy, s.limits)
                  for i in range(len(runs), want)]
-        runs += parallel.run_all(_run_one, tasks, design.executor)
+        runs += parallel.run_all(_run_one, tasks, design.executor,
+                                 on_result=None if s.activity is None else report)
         row = _summarize(runs, s, rate, first, available)
         if row["verdict"] != "open":
             break
@@ -956,7 +972,8 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
              router: str = DEFAULT_ROUTER, policy: str = "fcfs", limits=None,
              target: float = 0.99, seed=0, confidence: float = 0.95, budget: int = 16,
              delta: float = stats.INDIFFERENCE, holds: float = 20.0,
-             min_requests: int = 2000, executor=parallel.AUTO) -> dict:
+             min_requests: int = 2000, executor=parallel.AUTO,
+             on_replication: Callable | None = None) -> dict:
     """Simulate ``requests`` at ``rate`` on ``replicas`` replicas, as replications.
 
     Parameters
@@ -997,6 +1014,13 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
         Fewest requests per replication (>= 100), for low rates.
     executor
         Runs the replications: ``"auto"``, ``None``, an Executor or a Dask Client.
+    on_replication : callable, optional
+        Called in this process after each replication, in order, as
+        ``on_replication(event)``: ``event`` a dict with ``replicas`` and ``rate_rps`` (the
+        point), ``done`` (replications run at the point so far, from 1), ``total`` (the
+        most the point may run: ``budget``, or the blocks of a :class:`Replay`) and
+        ``attainment`` (the mean SLO attainment of those replications, a fraction,
+        before the warm-up cut the verdict makes). A progress report inside a point.
 
     Returns
     -------
@@ -1009,7 +1033,8 @@ def evaluate(requests, replica: Replica, rate: float, *, replicas: int = 1,
         range [0, 1] (verdict ``"undecided"``) when the run is too short for them.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
-    s = _setup(requests, replica, router, policy, limits, target, design)
+    s = _watched(_setup(requests, replica, router, policy, limits, target, design),
+                 on_replication)
     n = _fleet_size(check_fleet(replica, replicas, router, policy))
     return _point(s, _check.positive("rate", rate), n)
 
@@ -1375,7 +1400,8 @@ def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = DEF
                    confidence: float = 0.95, budget: int = 16,
                    delta: float = stats.INDIFFERENCE, holds: float = 20.0,
                    min_requests: int = 2000, executor=parallel.AUTO,
-                   progress: Callable | None = None) -> FleetResult:
+                   progress: Callable | None = None,
+                   on_replication: Callable | None = None) -> FleetResult:
     """Smallest replica count whose simulated SLO attainment at ``rate`` meets ``target``.
 
     Every size is an :func:`evaluate` point on the same replications (common random
@@ -1390,13 +1416,16 @@ def smallest_fleet(requests, replica: Replica, rate: float, *, router: str = DEF
     is ``open`` (:attr:`FleetResult.below_verdict` says which), or is under the fluid
     bound.
 
-    Parameters as in :func:`evaluate`, plus ``start`` (first size tried) and
-    ``max_replicas`` (refuse larger fleets). Raises ``ValueError`` before simulating
+    Parameters as in :func:`evaluate`, plus ``start`` (first size tried),
+    ``max_replicas`` (refuse larger fleets) and ``progress`` (called as
+    ``progress(row)`` after each simulated size, ``row`` its evaluation with
+    ``replicas``). Raises ``ValueError`` before simulating
     when the fluid bound alone needs more than ``max_replicas``, or no fleet can meet
     the limits (e.g. a prompt whose prefill alone exceeds the TTFT limit).
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
-    s = _setup(requests, replica, router, policy, limits, target, design)
+    s = _watched(_setup(requests, replica, router, policy, limits, target, design),
+                 on_replication)
     lam = _check.positive("rate", rate)
     cap = _check.whole("max_replicas", max_replicas)
     if start is not None:
@@ -1591,7 +1620,7 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
          beta: float = 2.0, seed=0, rtol: float = 0.02, confidence: float = 0.95,
          budget: int = 16, delta: float = stats.INDIFFERENCE, holds: float = 20.0,
          min_requests: int = 2000, max_replicas: int = 4096, executor=parallel.AUTO,
-         progress: Callable | None = None) -> Plan:
+         progress: Callable | None = None, on_replication: Callable | None = None) -> Plan:
     """Size a fleet for ``rate`` and check it by simulation (what ``servingcap plan`` prints).
 
     0. Before simulating: no fleet can meet limits that an idle replica misses
@@ -1610,13 +1639,16 @@ def plan(requests, replica: Replica, rate: float, *, router: str = DEFAULT_ROUTE
     Every point is decided sequentially (:func:`evaluate`): an ``open`` point is
     reported as open, never counted as a miss.
 
-    Parameters as in :func:`smallest_fleet` and :func:`capacity_search`; ``requests`` a
+    Parameters as in :func:`smallest_fleet` and :func:`capacity_search` (``progress``
+    after every point of both searches, ``on_replication`` after every replication of
+    every point, as in :func:`evaluate`); ``requests`` a
     request table (each replication a block bootstrap of it, as many as ``budget``: see
     :func:`evaluate`), a :class:`Replay` of one (its consecutive blocks as recorded) or
     a :class:`PoissonWorkload`.
     """
     design = _design(confidence, budget, holds, min_requests, seed, executor, delta)
-    s = _setup(requests, replica, router, policy, limits, target, design)
+    s = _watched(_setup(requests, replica, router, policy, limits, target, design),
+                 on_replication)
     lam = _check.positive("rate", rate)
     n_spares = _check.whole("spares", spares, minimum=0)
     cap = _check.whole("max_replicas", max_replicas)

@@ -76,7 +76,7 @@ import pandas as pd
 from scipy import optimize
 
 from . import _check
-from .serving import StepDetail
+from .serving import MAX_STEP_BATCH, StepDetail, largest_chunk
 from .traffic import data_dir
 
 __all__ = ["GPU", "ModelSpec", "Roofline", "gpu", "gpu_table", "load_gpus", "GPU_COLUMNS",
@@ -612,7 +612,7 @@ def _moe_fields(config: Mapping, intermediate: int) -> dict:
                                                 minimum=0)}
 
 
-MAX_BATCH = 10**6
+MAX_BATCH = MAX_STEP_BATCH
 """Largest decode batch :meth:`Roofline.decode_s` evaluates (it builds one context length
 per sequence); no engine batches anywhere near a million sequences."""
 
@@ -843,30 +843,9 @@ class Roofline:
         """Largest prefill chunk (tokens) a fused step with ``batch`` decoding sequences
         at ``context_tokens`` each can carry within ``budget_s`` seconds (e.g. the TPOT
         SLO), the chunk following ``cached_tokens`` already cached; 0 when the decodes
-        alone exceed the budget. Found by bisection (the step grows with the chunk)."""
-        budget = _check.positive("budget_s", budget_s)
-        b = _check.whole("batch", batch, minimum=0)
-        if b > MAX_BATCH:
-            raise ValueError(f"batch must be <= {MAX_BATCH:.0e} sequences, got {batch!r}")
-        ctx = _check.positive("context_tokens", context_tokens) if b else 0.0
-        cached = _check.whole("cached_tokens", cached_tokens, minimum=0)
-        decodes = np.full(b, float(ctx))
-
-        def fits(chunk: int) -> bool:
-            return self(step(prefill=[chunk], cached=[cached], decode=decodes)) <= budget
-
-        if not fits(1):
-            return 0
-        lo, hi = 1, 2
-        while fits(hi):
-            lo, hi = hi, 2 * hi
-            if hi > _check.MAX_TOKENS:
-                raise ValueError(f"budget_s={budget_s!r} fits more than {_check.MAX_TOKENS:.0e} "
-                                 "tokens; the step-time model has no practical limit there")
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        return lo
+        alone exceed the budget (:func:`servingcap.serving.largest_chunk` on this
+        roofline, at most :data:`MAX_BATCH` sequences)."""
+        return largest_chunk(self, budget_s, batch, context_tokens, cached_tokens)
 
     def fluid_work_s(self, prompt_tokens, output_tokens, max_batch: int,
                      uncached_tokens=None) -> float:

@@ -59,8 +59,8 @@ from . import _check
 from .params import LOCKED
 from .routers import DEFAULT_ROUTER, ROUTERS, Router, check_router
 
-__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "OUTCOMES", "POLICIES", "ROUTERS",
-           "MODES", "STEP_COSTS"]
+__all__ = ["Replica", "StepDetail", "simulate", "check_fleet", "largest_chunk",
+           "mixed_token_budget", "OUTCOMES", "POLICIES", "ROUTERS", "MODES", "STEP_COSTS"]
 
 MODES = ("combined", "prefill_first", "mixed")
 STEP_COSTS = ("fused", "additive")
@@ -426,6 +426,97 @@ class Replica:
                 f"({int(detail.decode_context.sum())} context tokens); it must return a "
                 "finite number of seconds > 0")
         return seconds
+
+
+MAX_STEP_BATCH = 10**6
+"""Most decoding sequences :func:`largest_chunk` prices in one step (it builds one context
+length per sequence); no engine batches anywhere near a million sequences."""
+
+_FIT_RTOL = 1e-9
+"""Relative slack of "a step fits the budget": rounding in a sum of step parts must not
+cost a token (the locked replica's 20 ms + 240 / 8,000 tokens/s is exactly 50 ms)."""
+
+
+def largest_chunk(step_cost: Callable[[StepDetail], float], budget_s: float, batch: int,
+                  context_tokens: float, cached_tokens: int = 0) -> int:
+    """Largest prefill chunk (tokens) a step with ``batch`` decoding sequences at
+    ``context_tokens`` each can carry within ``budget_s`` seconds (e.g. the TPOT
+    objective), the chunk following ``cached_tokens`` already cached; 0 when the
+    decodes alone exceed the budget.
+
+    ``step_cost`` prices a :class:`StepDetail` in seconds (:meth:`Replica.cost`, a
+    :class:`~servingcap.roofline.Roofline`, a profile). Found by bisection, assuming the
+    step never gets cheaper as its chunk grows; a step within ``budget_s * (1 + 1e-9)``
+    fits. Raises ``ValueError`` when more than ``10**12`` tokens fit (a cost model with
+    no practical limit)."""
+    if not callable(step_cost):
+        raise ValueError(f"step_cost must be callable (StepDetail -> seconds), got "
+                         f"{step_cost!r}")
+    budget = _check.positive("budget_s", budget_s)
+    return _largest_chunk(step_cost, budget, batch, context_tokens, cached_tokens,
+                          ("step_cost", "budget_s"))
+
+
+def _largest_chunk(step_cost, budget: float, batch, context_tokens, cached_tokens,
+                   names: tuple[str, str]) -> int:
+    """:func:`largest_chunk` with ``names`` = (the cost's, the budget's) for messages."""
+    b = _check.whole("batch", batch, minimum=0)
+    if b > MAX_STEP_BATCH:
+        raise ValueError(f"batch must be <= {MAX_STEP_BATCH:.0e} sequences, got {batch!r}")
+    ctx = _check.positive("context_tokens", context_tokens) if b else 0.0
+    cached = _check.whole("cached_tokens", cached_tokens, minimum=0)
+    decodes = np.full(b, float(ctx))
+    limit = budget * (1.0 + _FIT_RTOL)
+
+    def fits(chunk: int) -> bool:
+        detail = StepDetail(prefill_chunks=np.array([float(chunk)]),
+                            prefill_cached=np.array([float(cached)]), decode_context=decodes)
+        seconds = step_cost(detail)
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"{names[0]} must price a step in seconds (finite, >= 0), got "
+                             f"{step_cost(detail)!r} for a {chunk}-token chunk beside {b} "
+                             "decodes")
+        return seconds <= limit
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+        if hi > _check.MAX_TOKENS:
+            raise ValueError(f"{names[1]}={budget!r} fits more than {_check.MAX_TOKENS:.0e} "
+                             f"tokens on {names[0]}: its step cost has no practical limit "
+                             "there")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def mixed_token_budget(replica: Replica, tpot_s: float, context_tokens: float) -> int | None:
+    """The token budget (``max_batched_tokens``, tokens per step) that keeps a full
+    mixed step inside the TPOT objective on ``replica``'s own step cost: a full batch of
+    ``replica.max_batch`` decodes at ``context_tokens`` each (e.g. the workload's mean
+    prompt plus half its output), one token each, plus the largest prompt chunk
+    :func:`largest_chunk` fits in ``tpot_s`` seconds. None when the decodes alone
+    overrun ``tpot_s`` (lighter batches may still meet it: no budget follows).
+
+    The book's rule for its locked replica (``LOCKED.token_budget``: (50 - 20) ms x
+    8,000 tokens/s = 240 tokens, :func:`servingcap.llm.fused_token_budget`), applied to
+    any cost model: the built-in one, a roofline, a profile or a calibrated cost file.
+    Sarathi-Serve picks its token budget the same way, from the TPOT SLO and profiled
+    step times (Agrawal et al., OSDI 2024, "Determining token budget")."""
+    if not isinstance(replica, Replica):
+        raise ValueError(f"replica must be a Replica, got {replica!r}")
+    tpot = _check.positive("tpot_s", tpot_s)
+    context = _check.positive("context_tokens", context_tokens)
+    chunk = _largest_chunk(replica.cost, tpot, replica.max_batch, context, 0,
+                           ("replica", "tpot_s"))
+    return None if chunk == 0 else replica.max_batch + chunk
 
 
 def _check_totals_signature(fn) -> None:
