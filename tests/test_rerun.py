@@ -90,6 +90,7 @@ CHANGED_PARAMETER = {
     "tail_latency": ("TIMEOUT_S", 10.0),
     "fleet_sizing": ("N_QUEUE", 20_000),
     "capacity_planning": ("TARGET", 0.95),
+    "choosing_hardware": ("ARRIVAL_RATE", 10.0),
 }
 
 
