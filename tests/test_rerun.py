@@ -106,6 +106,7 @@ CHANGED_PARAMETER = {
 FLIPS = {
     "agent_amplification": ("sim_agree",),
     "capacity_planning": ("ex1_verdict",),
+    "choosing_hardware": ("tie_8b",),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
     "scheduling_policies": ("first_not_ok_best",),
