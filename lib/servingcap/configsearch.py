@@ -60,9 +60,9 @@ size below may be within ``delta`` of the target), at the high end of its attain
 interval.
 Separated is a statement about the simulation only: the line also names every
 configuration whose cost is within a price tolerance of the cheapest's
-(:data:`PRICE_TOLERANCE`, 10 % by convention) as *a tie on price*, because a gap that
-small is inside what the price of a GPU-hour varies by, and the choice then turns on the
-reader's prices (and, when it does, on the spare replicas paid for).
+(:data:`PRICE_TOLERANCE`, 10 % by convention) as *a tie on price*: a gap that small
+may rank the quotes rather than the hardware, and the choice then turns on the reader's
+prices (and, when the line says so, on the spare replicas paid for).
 
 **Parallelism: configurations in parallel, replications serial.** Each configuration is
 one task on ``executor`` (:mod:`servingcap.parallel`: ``"auto"`` local pool, ``None``,
@@ -634,8 +634,8 @@ PRICE_TOLERANCE = 0.10
 """Default relative cost gap (10 %) below which :func:`conclusion` calls two
 configurations a tie on price. A convention, not a measurement: the shipped prices
 (``data/gpu_prices.csv``) mix providers, pricing models (reserved blocks, on-demand) and
-dates, and one GPU's price differs between them by more than this, so a smaller gap
-ranks the reader's prices, not the hardware. Pass your own (``--price-tolerance``)."""
+dates, so a small gap between configurations on different GPUs may rank those quotes
+rather than the hardware. Pass your own (``--price-tolerance``)."""
 
 
 def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) -> str:
