@@ -199,6 +199,53 @@ def test_conclusion_says_separated_only_when_it_is():
     assert "No configuration meets" in cs.conclusion(_pair(1.1, 1.2).assign(status="failed"))
 
 
+def _trio(costs, floors, spares=1, replicas=(2, 2, 2), tps=(1, 1, 1)):
+    """Three ranked rows A, B, C: costs per million good tokens and their lowest still
+    possible costs (``min_separating``); A's high end is its cost + 0.05."""
+    rows = []
+    for label, cost, floor, n, tp in zip("ABC", costs, floors, replicas, tps, strict=True):
+        rows.append({"label": label, "status": "ranked", "replicas": n, "spares": spares,
+                     "gpus": (n + spares) * tp, "usd_per_hour": 3.0, "ttft_p99_s": 0.1,
+                     "usd_per_mtok": cost, "usd_per_mtok_low": cost - 0.05,
+                     "usd_per_mtok_high": cost + 0.05, "min_separating_usd_per_mtok": floor})
+    return pd.DataFrame(rows)
+
+
+def test_conclusion_names_every_configuration_not_separated():
+    # B is separated (floor 1.3 > A's high end 1.05); C, third, is not (floor 1.0): the
+    # line names C, not only the runner-up
+    text = cs.conclusion(_trio((1.0, 1.4, 1.6), (0.5, 1.3, 1.0)))
+    assert "runner-up B $1.40 (+40.0%), separated" in text
+    assert "also not separated from the cheapest: C $1.60 (as little as $1.00)" in text
+    assert "tie on price" not in text and text.count("\n") == 0
+    text = cs.conclusion(_trio((1.0, 1.4, 1.6), (0.5, 1.3, 1.2)))
+    assert "not separated" not in text
+
+
+def test_conclusion_calls_a_gap_inside_the_price_tolerance_a_tie():
+    # B is separated (statistically) but only 3 % dearer: a tie on price at the 10 %
+    # default, not at a 2 % tolerance; C (+8 %) ties at 10 % too
+    table = _trio((1.0, 1.03, 1.08), (0.5, 1.06, 1.07))
+    text = cs.conclusion(table)
+    assert "runner-up B $1.03 (+3.0%), separated" in text
+    assert ("a tie on price: B (+3.0%), C (+8.0%) within the 10% price tolerance of the "
+            "cheapest, so the choice turns on your prices") in text
+    assert "tie on price: B (+3.0%) within the 2% price tolerance" not in text
+    assert "tie on price" not in cs.conclusion(table, price_tolerance=0.02)
+    assert "within the 5% price tolerance" in cs.conclusion(table, price_tolerance=0.05)
+    for bad in (-0.1, 1.0, "x", math.nan):
+        with pytest.raises(ValueError, match="price_tolerance"):
+            cs.conclusion(table, price_tolerance=bad)
+
+
+def test_conclusion_says_when_the_spare_decides_the_order():
+    # A: 4 + 1 replicas at $1.00; B: 2 + 1 at $1.03. Without the spare A costs 1.00 x 4/5
+    # = 0.80 and B 1.03 x 2/3 = 0.687: B would be cheaper, so the spare decides
+    table = _trio((1.0, 1.03, 1.5), (0.5, 1.06, 1.6), replicas=(4, 2, 2))
+    assert "the spare replicas decide the order (B cheaper without them)" in cs.conclusion(table)
+    assert "spare replicas decide" not in cs.conclusion(table.assign(spares=0))
+
+
 def test_usd_per_mtok_formula():
     # 10 GPUs at $2: $20/h; 10 req/s x 3600 s x 0.5 x 100 tokens = 1.8 M good tokens/h
     assert cs.usd_per_mtok(20.0, 10.0, 0.5, 100.0) == pytest.approx(20 / 1.8)
@@ -270,6 +317,8 @@ BASE = ["--model-config", "Llama-3.1-8B", "--rate", "2", "--prompt-tokens", "200
     (["--no-cache", "--cache-dir", "x"], "--cache-dir"),
     (["--output", "x.txt"], "--output"),
     (["--plot", "x.svg"], "--plot"),
+    (["--price-tolerance", "100"], "--price-tolerance"),
+    (["--price-tolerance", "-5"], "--price-tolerance"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, extra, option):
     code, out, err = _cli(capsys, *BASE, *extra)
@@ -310,4 +359,5 @@ def test_cli_report_output_and_plot(capsys, tmp_path):
     data = json.loads(out_json.read_text())
     assert "Refused:\n  L40S tp3 bf16 mixed/512 B8: num_attention_heads 32" in out
     assert len(data["configurations"]) == 2 and data["conclusion"].startswith("Cheapest")
+    assert data["price_tolerance"] == 0.1
     assert plot.stat().st_size > 1000

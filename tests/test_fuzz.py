@@ -687,7 +687,8 @@ ENTRIES = [
       table=SEARCH_TABLE),
     E("configsearch.pareto_front", configsearch.pareto_front, table=SEARCH_TABLE,
       x="usd_per_mtok", y="ttft_p99_s"),
-    E("configsearch.conclusion", configsearch.conclusion, table=SEARCH_TABLE),
+    E("configsearch.conclusion", configsearch.conclusion, table=SEARCH_TABLE,
+      price_tolerance=0.1),
     # memory
     E("memory.memory_plan", memory.memory_plan, model="Llama-3.1-8B", gpu="H100-SXM", tp=2,
       gpu_memory_utilization=0.9, fp8=False, reserve_gib=3.0, block_tokens=16),

@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "shipped data/gpu_prices.csv")
     g.add_argument("--price", type=str, metavar="GPU=USD", action="append", default=S,
                    help="override one GPU's price, US dollars per GPU-hour (repeatable)")
+    g.add_argument("--price-tolerance", type=str, metavar="PERCENT", default=S,
+                   help="cost gap below which the last line calls a configuration a tie on "
+                        "price with the cheapest, percent (default 10, a convention)")
     g = p.add_argument_group("output")
     g.add_argument("--output", type=str, metavar="FILE.csv|FILE.json", default=S,
                    help="also write every configuration's row (.csv) or the whole result (.json)")
@@ -222,6 +225,11 @@ def settings(given: dict) -> dict:
     confidence = cli._number("confidence", o["confidence"])
     if not 0.5 < confidence < 1:
         raise cli._bad("confidence", o["confidence"], "must be in (0.5, 1)")
+    tolerance = cli._number("price_tolerance", given.get("price_tolerance", 10),
+                            allow_zero=True)
+    if tolerance >= 100:
+        raise cli._bad("price_tolerance", given.get("price_tolerance"),
+                       "must be < 100 percent")
     zone = cli._number("indifference", o["indifference"])
     if zone >= 50:
         raise cli._bad("indifference", o["indifference"], "must be < 50 percentage points")
@@ -260,6 +268,7 @@ def settings(given: dict) -> dict:
         "holds": cli._number("holds", o["holds"]),
         "max_replicas": cli._whole("max_replicas", o["max_replicas"]),
         "prune": given.get("prune", True), "cache_dir": cache, **fractions,
+        "price_tolerance": tolerance / 100.0,
         "wave": cli._whole("wave", given.get("wave", 4)),
         "output": None if "output" not in given else _path("output", given["output"],
                                                            (".csv", ".json")),
@@ -277,6 +286,8 @@ def _ms(seconds) -> str:
 
 def render(result, s: dict) -> str:
     """The report printed by ``search`` (plain text)."""
+    from .configsearch import PRICE_TOLERANCE, conclusion
+
     t = result.table
     counts = {k: int((t["status"] == k).sum()) for k in ("ranked", "refused", "pruned",
                                                          "failed")}
@@ -316,7 +327,7 @@ def render(result, s: dict) -> str:
             lines.append(f"{status.capitalize()}:")
             lines += [f"  {r.label}: {r.reason.removeprefix('pruned: ')}"
                       for r in rows.itertuples()]
-    lines += ["", result.conclusion]
+    lines += ["", conclusion(t, s.get("price_tolerance", PRICE_TOLERANCE))]
     return "\n".join(lines)
 
 
@@ -348,11 +359,14 @@ def plot(result, path: str) -> None:
     plt.close(fig)
 
 
-def write_output(result, path: str) -> None:
+def write_output(result, path: str, price_tolerance: float | None = None) -> None:
     import json
 
+    from .configsearch import PRICE_TOLERANCE
+
     if path.lower().endswith(".json"):
-        Path(path).write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+        tol = PRICE_TOLERANCE if price_tolerance is None else price_tolerance
+        Path(path).write_text(json.dumps(result.to_dict(tol), indent=1) + "\n")
     else:
         result.table.to_csv(path, index=False)
 
@@ -458,7 +472,7 @@ def main(argv=None) -> int:
     print(render(result, s))
     try:
         if s["output"] is not None:
-            write_output(result, s["output"])
+            write_output(result, s["output"], s["price_tolerance"])
         if s["plot"] is not None:
             plot(result, s["plot"])
     except OSError as exc:

@@ -53,12 +53,18 @@ its cost.
 Ranking: cheapest ``usd_per_mtok`` first, ties broken by the lower p99 TTFT
 (:func:`rank`); the Pareto front of ``usd_per_mtok`` against p99 TTFT
 (:func:`pareto_front`); and a one-line :func:`conclusion` that says whether the cheapest
-is *separated* from the runner-up: it is when the cheapest's cost at the low end of its
-attainment interval is below the runner-up's cost at the low end of everything that is
-still undecided about it -- its smallest size not shown to miss, minus one more replica
-when that size's neighbour below was simulated (a "misses" verdict is only decided
-outside the indifference zone, so the size below may be within ``delta`` of the target),
-at the high end of its attainment interval.
+is *separated* from each other configuration (the runner-up and every one after it): it
+is when the cheapest's cost at the low end of its attainment interval is below the
+other's cost at the low end of everything that is still undecided about it -- its
+smallest size not shown to miss, minus one more replica when that size's neighbour below
+was simulated (a "misses" verdict is only decided outside the indifference zone, so the
+size below may be within ``delta`` of the target), at the high end of its attainment
+interval.
+Separated is a statement about the simulation only: the line also names every
+configuration whose cost is within a price tolerance of the cheapest's
+(:data:`PRICE_TOLERANCE`, 10 % by convention) as *a tie on price*: a gap that small
+may rank the quotes rather than the hardware, and the choice then turns on the reader's
+prices (and, when the line says so, on the spare replicas paid for).
 
 **Parallelism: configurations in parallel, replications serial.** Each configuration is
 one task on ``executor`` (:mod:`servingcap.parallel`: ``"auto"`` local pool, ``None``,
@@ -119,8 +125,8 @@ from .traffic import data_dir
 
 __all__ = ["Config", "SearchResult", "grid", "search", "load_model", "load_prices",
            "resolve_prices", "parse_price", "rank", "pareto_front", "conclusion",
-           "usd_per_mtok", "DTYPES", "TP_DEGREES", "MIN_EFFICIENCY", "RESULT_COLUMNS", "PRICE_COLUMNS",
-           "STATUSES"]
+           "usd_per_mtok", "PRICE_TOLERANCE", "DTYPES", "TP_DEGREES", "MIN_EFFICIENCY",
+           "RESULT_COLUMNS", "PRICE_COLUMNS", "STATUSES"]
 
 DTYPES = ("bf16", "fp8")
 """Weight dtypes searched: ``bf16`` (the config's own 2-byte dtype) and ``fp8`` (1-byte
@@ -597,10 +603,29 @@ def _money(x: float) -> str:
     return f"${x:,.2f}" if x >= 1 else f"${x:.3g}"
 
 
-def conclusion(table: pd.DataFrame) -> str:
-    """One line: the cheapest configuration, how far the runner-up is behind, and whether
-    they are separated (module docstring: the cheapest's ``usd_per_mtok_high`` below
-    the runner-up's ``min_separating`` cost, its lowest still possible)."""
+PRICE_TOLERANCE = 0.10
+"""Default relative cost gap (10 %) below which :func:`conclusion` calls two
+configurations a tie on price. A convention, not a measurement: the shipped prices
+(``data/gpu_prices.csv``) mix providers, pricing models (reserved blocks, on-demand) and
+dates, so a small gap between configurations on different GPUs may rank those quotes
+rather than the hardware. Pass your own (``--price-tolerance``)."""
+
+
+def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) -> str:
+    """One line: the cheapest configuration, how far the runner-up is behind, every
+    configuration not separated from the cheapest, and every one tied with it on price.
+
+    *Separated* (module docstring): the cheapest's ``usd_per_mtok_high`` is below the
+    other's ``min_separating_usd_per_mtok``, its lowest still possible cost; every ranked
+    configuration is checked, not only the runner-up. *A tie on price*: the other's
+    ``usd_per_mtok`` is less than ``price_tolerance`` (a fraction, default
+    :data:`PRICE_TOLERANCE`) above the cheapest's, so the choice turns on the reader's
+    prices; when the spare replicas (paid for, ``spares`` x ``tp`` GPUs) decide such a
+    pair's order, the line says so.
+    """
+    tol = _check.number("price_tolerance", price_tolerance)
+    if not 0 <= tol < 1:
+        raise ValueError(f"price_tolerance must be a fraction in [0, 1), got {price_tolerance!r}")
     ranked = rank(table)
     _numbers(ranked, ("replicas", "spares", "gpus", "usd_per_hour", "usd_per_mtok_low",
                       "usd_per_mtok_high", "min_separating_usd_per_mtok"))
@@ -613,17 +638,45 @@ def conclusion(table: pd.DataFrame) -> str:
             f"({_money(best['usd_per_mtok_low'])}-{_money(best['usd_per_mtok_high'])})")
     if len(ranked) == 1:
         return head + "; no other configuration meets the SLO."
-    second = ranked.iloc[1]
-    gap = second["usd_per_mtok"] / best["usd_per_mtok"] - 1
-    floor = second["min_separating_usd_per_mtok"]
-    separated = best["usd_per_mtok_high"] < floor
+    others = ranked.iloc[1:]
+    gaps = others["usd_per_mtok"] / best["usd_per_mtok"] - 1
+    floors = others["min_separating_usd_per_mtok"]
+    apart = best["usd_per_mtok_high"] < floors
+    second = others.iloc[0]
     verdict = ("separated: the runner-up costs more even at its lowest still possible "
-               f"cost, {_money(floor)}" if separated else
-               f"not separated: the runner-up could cost as little as {_money(floor)} (its "
-               "open sizes, one replica of indifference and its attainment interval), "
+               f"cost, {_money(floors.iloc[0])}" if apart.iloc[0] else
+               f"not separated: the runner-up could cost as little as {_money(floors.iloc[0])} "
+               "(its open sizes, one replica of indifference and its attainment interval), "
                f"within the cheapest's {_money(best['usd_per_mtok_high'])}")
-    return (f"{head}; runner-up {second['label']} {_money(second['usd_per_mtok'])} "
-            f"({gap:+.1%}), {verdict}.")
+    parts = [f"{head}; runner-up {second['label']} {_money(second['usd_per_mtok'])} "
+             f"({gaps.iloc[0]:+.1%}), {verdict}"]
+    more = others.iloc[1:].loc[~apart.iloc[1:]]
+    if len(more):
+        parts.append("also not separated from the cheapest: " + ", ".join(
+            f"{r['label']} {_money(r['usd_per_mtok'])} (as little as "
+            f"{_money(r['min_separating_usd_per_mtok'])})" for _, r in more.iterrows()))
+    tied = others.loc[gaps < tol]
+    if len(tied):
+        names = ", ".join(f"{r['label']} ({g:+.1%})" for (_, r), g in
+                          zip(tied.iterrows(), gaps.loc[tied.index], strict=True))
+        text = (f"a tie on price: {names} within the {tol:.0%} price tolerance of the "
+                "cheapest, so the choice turns on your prices")
+        spare = _spare_decides(best, tied)
+        if spare:
+            text += f"; the spare replicas decide the order ({spare} cheaper without them)"
+        parts.append(text)
+    return "; ".join(parts) + "."
+
+
+def _spare_decides(best, rows: pd.DataFrame) -> str:
+    """Labels of ``rows`` that cost less than ``best`` per good token without the spare
+    replicas (same attainment, ``replicas`` x ``tp`` GPUs only)."""
+    def bare(r):
+        n = float(r["replicas"])
+        return float(r["usd_per_mtok"]) * n / (n + float(r["spares"]))
+    if float(best["spares"]) == 0:
+        return ""
+    return ", ".join(str(r["label"]) for _, r in rows.iterrows() if bare(r) < bare(best))
 
 
 # --------------------------------------------------------------------------- search
@@ -658,18 +711,22 @@ class SearchResult:
 
     @property
     def conclusion(self) -> str:
+        """:func:`conclusion` of the table at the default price tolerance."""
         return conclusion(self.table)
 
     @property
     def pruned(self) -> int:
         return int((self.table["status"] == "pruned").sum())
 
-    def to_dict(self) -> dict:
-        """JSON-ready: settings, prices, rows (NaN as None) and the conclusion."""
+    def to_dict(self, price_tolerance: float = PRICE_TOLERANCE) -> dict:
+        """JSON-ready: settings, prices, rows (NaN as None) and the conclusion (at
+        ``price_tolerance``, :func:`conclusion`)."""
         rows = json.loads(self.table.to_json(orient="records"))
         return {"rate_rps": self.rate, "model": self.model, "workload": self.workload,
                 "prices": json.loads(self.prices.to_json(orient="records")),
-                "configurations": rows, "conclusion": self.conclusion,
+                "configurations": rows,
+                "conclusion": conclusion(self.table, price_tolerance),
+                "price_tolerance": price_tolerance,
                 "simulated": self.simulated, "from_cache": self.from_cache}
 
 
