@@ -54,7 +54,7 @@ def test_papermill_rerun_with_new_parameters(tmp_path):
     assert target_line(30.0, ok=False) in text   # 92 s at rho 0.95 misses a 30 s target
     assert target_line(100.0, ok=True) in text   # ... and meets a 100 s one
     # The simulation used the smaller sample, and says so.
-    assert "x 50,000 customers" in text and "x 500,000 customers" in book_text
+    assert "x 50,000 customers" in text and "x 400,000 customers" in book_text
     # Everything that does not depend on the two parameters is unchanged.
     assert "p99 / W = -ln(0.01) = 4.605" in text
 
