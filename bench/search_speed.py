@@ -24,7 +24,13 @@ average 2.5-5 from other jobs), ``bench/search_speed.py`` with these defaults: 6
 configurations; with pruning (waves of 4) 62 s wall, 42 s CPU, 4 simulated, 56 pruned;
 the second run simulated the 56 pruned ones in 425 s wall (507 s CPU), so the whole grid
 without pruning takes about 487 s and pruning saved about 425 s (87 %); same cheapest
-configuration (L40S tp1 fp8, 10 + 1 replicas). An earlier run under load average 8-10
+configuration (L40S tp1 fp8, 10 + 1 replicas). Re-measured the same day after the fluid
+bound became a proven bound for roofline replicas (``Roofline.fluid_work_s``, higher
+capacities, so lower cost floors): with pruning 79 s wall, 42 s CPU, still 4 simulated
+and 56 pruned; the 56 pruned ones took 602 s wall (486 s CPU, load average about 4), so
+the whole grid without pruning takes about 681 s and pruning saved about 602 s (88 %);
+same cheapest configuration with and without pruning (L40S tp1 fp8 mixed/512, 8 + 1
+replicas). An earlier run under load average 8-10
 with waves of 8: 223 s with pruning (8 simulated, 52 pruned), 1,341 s for the 52 pruned.
 
 Not run by CI (minutes). Usage::
