@@ -90,7 +90,7 @@ CHANGED_PARAMETER = {
     "tail_latency": ("TIMEOUT_S", 10.0),
     "fleet_sizing": ("N_QUEUE", 20_000),
     "capacity_planning": ("TARGET", 0.95),
-    "choosing_hardware": ("ARRIVAL_RATE", 10.0),
+    "choosing_hardware": ("PRICE_TOLERANCE", 0.15),
 }
 
 
@@ -106,7 +106,7 @@ CHANGED_PARAMETER = {
 FLIPS = {
     "agent_amplification": ("sim_agree",),
     "capacity_planning": ("ex1_verdict",),
-    "choosing_hardware": ("tie_8b",),
+    "choosing_hardware": ("tie_8b", "tie_70b"),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
     "scheduling_policies": ("first_not_ok_best",),
