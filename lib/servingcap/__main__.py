@@ -1112,6 +1112,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.set_postfix_str(_progress_text(row), refresh=False)
             self.bar.update(1)
+            self.bar.refresh()   # every point shows, however fast (tqdm's update waits 0.1 s)
 
     def close(self) -> None:
         if self.bar is not None:
