@@ -40,43 +40,58 @@ NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
 RESULT_KINDS = (str, pd.DataFrame, Figure)
 
 
-def _names(source: str) -> tuple[set[str], set[str]]:
-    """(names a cell binds at top level, global names it or its functions read)."""
+def _names(source: str) -> tuple[set[str], set[str], set[str]]:
+    """(names a cell binds at top level, names its top-level code reads, global names
+    its functions read: those are looked up when the function is called)."""
     table = symtable.symtable(source, "<cell>", "exec")
     defined = {s.get_name() for s in table.get_symbols()
                if s.is_assigned() or s.is_imported() or s.is_namespace()}
     used = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    late = set()
     stack = list(table.get_children())
     while stack:
         child = stack.pop()
         stack.extend(child.get_children())
         if child.get_type() == "function":
-            used |= set(child.get_globals())
+            late |= set(child.get_globals())
         else:  # a class body reads like module code
             used |= {s.get_name() for s in child.get_symbols()
                      if s.is_referenced() and (s.is_global() or s.is_free())}
-    return defined, used
+    return defined, used, late
 
 
 def explorer_slice(nb) -> list[str]:
-    """Sources of the code cells needed to reach (and run) every explorer(...) call."""
+    """Sources of the code cells needed to reach (and run) every explorer(...) call.
+
+    A backward slice over reaching definitions, cells run top to bottom: a name a
+    kept cell's top-level code reads comes from the last cell before it that binds
+    the name; a name a function reads comes from the last cell before the last
+    explorer call (a callback runs there, and later). A name rebound by many cells
+    (``rows``, ``out``) so pulls in only the binding that is live, not every cell
+    that ever bound it. (A cell that only mutates an object, ``rows.append(...)``,
+    binds nothing: it is kept only if the slice needs it for another name.)"""
     cells = [c.source for c in nb.cells if c.cell_type == "code"]
     last = max((i for i, src in enumerate(cells) if "explorer(" in src), default=None)
     if last is None:
         return []
     cells = cells[:last + 1]
     info = [_names(src) for src in cells]
+
+    def binder(name: str, before: int) -> int | None:
+        return next((i for i in range(before - 1, -1, -1) if name in info[i][0]), None)
+
     keep = {i for i, src in enumerate(cells) if "explorer(" in src}
     keep.add(0)  # the imports cell (and the book's figure style)
-    needed = set().union(*(info[i][1] for i in keep))
-    changed = True
-    while changed:  # the callback may read names defined after it: iterate to a fixed point
-        changed = False
-        for i, (defined, used) in enumerate(info):
-            if i not in keep and defined & needed:
+    todo = sorted(keep)
+    while todo:
+        j = todo.pop()
+        wanted = [(name, j) for name in info[j][1]]
+        wanted += [(name, last + 1) for name in info[j][2]]
+        for name, before in wanted:
+            i = binder(name, before)
+            if i is not None and i not in keep:
                 keep.add(i)
-                needed |= used
-                changed = True
+                todo.append(i)
     return [cells[i] for i in sorted(keep)]
 
 
@@ -180,3 +195,15 @@ def test_explorer_widget_refreshes(chapter, explorers):
         assert widget.output.outputs != before or kind(compute(**widget.values)) is Figure
         control.value = defaults_value  # put the slider back for other tests
         plt.close("all")
+
+
+def test_the_slice_keeps_only_the_live_binding_of_a_rebound_name():
+    cells = ["import math",                    # 0: always kept
+             "rows = [1]\nslow = 1",           # 1: rebound below: not live
+             "rows = [2]",                     # 2: the binding cell 4 reads
+             "scale = 3",                      # 3: read by the callback at call time
+             "def f(x):\n    return x * scale\nfirst = rows[0]",
+             "unused = math.pi",               # 5: nobody reads it
+             "explorer(f, 't', x=first)"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    assert explorer_slice(nb) == [cells[i] for i in (0, 2, 3, 4, 6)]
