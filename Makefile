@@ -1,6 +1,7 @@
 # Everything runs inside .venv, created from requirements.txt on first use.
 # `make book` builds the HTML book (every chapter executed, warnings are errors);
-# `make test` runs `make lint` (ruff), then the unit tests and nbval over every chapter.
+# `make test` runs `make lint` (ruff), then the unit tests and nbval over every chapter
+# in one pytest-xdist session.
 # `make test-browser` drives headless Chromium over every page of the built book.
 
 PYTHON ?= python3
@@ -69,17 +70,22 @@ $(BOOK_INDEX): $(STAMP) $(KERNEL_CONFIG) $(BOOK_SOURCES)
 	$(build-book)
 
 # lint first: a ruff error fails `make test` before minutes of tests run
-test: lint test-unit test-notebooks
+test: lint $(STAMP) $(KERNEL_CONFIG)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope $(NBVAL) chapters appendices tests
 
-# Both run on every core (pytest-xdist); --dist loadfile keeps each file, so each
-# notebook's cells, on one worker in order.
+# All run on every core (pytest-xdist). `make test` runs the unit tests and nbval in
+# one session so that neither waits for the other's slowest file; chapters come first,
+# so the longest notebooks start early. --dist loadscope keeps each file on one worker
+# (conftest.py: a notebook's cells in order) but spreads the chapter re-runs of
+# tests/test_rerun.py and the README commands one by one.
 JOBS ?= auto
+NBVAL := --nbval --nbval-sanitize-with nbval_sanitize.cfg
 
 test-unit: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope tests
 
 test-notebooks: $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with nbval_sanitize.cfg chapters appendices
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope $(NBVAL) chapters appendices
 
 # Headless Debian Chromium (CI runs as root; Playwright never downloads a browser).
 chromium:

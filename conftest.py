@@ -6,7 +6,6 @@ see servingcap.plots.use_book_style), not by PNG bytes, and widget views (live o
 a running kernel) are not compared.
 """
 
-
 def pytest_collectstart(collector):
     if getattr(collector, "skip_compare", None) is not None:
         collector.skip_compare += ("image/png", "image/svg+xml",
@@ -27,3 +26,25 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.name == BROWSER_TESTS and collection_path.parent.name == "tests":
         return not config.getoption("--run-browser")
     return None
+
+
+# `make test` spreads tests over every core with pytest-xdist's `--dist loadscope`, with
+# the scope chosen here: a test runs with the rest of its file, on one worker, in order
+# (a notebook's cells run top to bottom in one kernel; a module fixture is built once),
+# except in the files in SPREAD, whose tests each run a whole chapter or a README
+# command for up to a minute (together about 7 minutes): each of those is a scope of
+# its own, so xdist spreads them one by one instead of queueing them behind one worker.
+SPREAD = frozenset({"test_rerun.py", "test_readme.py"})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadscope":
+        return None                       # any other --dist mode: xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrTestScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.rsplit("/", 1)[-1] in SPREAD else path
+
+    return FileOrTestScheduling(config, log)
