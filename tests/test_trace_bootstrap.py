@@ -269,3 +269,15 @@ def test_replicate_and_windows_name_bad_input(call, named):
     with pytest.raises(ValueError) as err:
         call(windows)
     assert named in str(err.value)
+
+
+def test_a_named_cut_reads_only_that_designs_signal():
+    # a design whose signal holds NaN (a rejected request has no TTFT) is fine when
+    # another design's cut is used, and refused when its own cut is needed
+    windows = bootstrap_windows(_trace(800), 2, 4)
+    designs = {"FCFS": _fleet(), "gappy": lambda r: _fleet()(r).assign(ttft_s=np.nan)}
+    named = stats.replicate(windows, designs, cut="FCFS")
+    assert all(a.index.equals(b.index) for a, b in zip(named["FCFS"], named["gappy"],
+                                                        strict=True))
+    with pytest.raises(ValueError, match="gappy"):
+        stats.replicate(windows, designs, cut="common")

@@ -488,7 +488,8 @@ def replicate(requests, designs, *, signal: str = "ttft_s", cut: str = "each"):
     - ``"each"``: every design its own cuts;
     - ``"common"``: replication ``i`` of every design is cut at the latest of the
       designs' cuts for it, so all designs keep the same requests;
-    - a design's name: that design's cuts for all (e.g. a baseline order).
+    - a design's name: that design's cuts for all (e.g. a baseline order); only its
+      ``signal`` is read (another design's may hold NaN, e.g. a rejected request).
 
     Parameters
     ----------
@@ -544,9 +545,11 @@ def replicate(requests, designs, *, signal: str = "ttft_s", cut: str = "each"):
                 raise ValueError(f"{label} must return one row per request "
                                  f"({len(table)}), got {len(out)}")
             runs.append(out.sort_values("arrival_s", kind="stable"))
-            series.append(_check.array(f"{label}[{signal!r}] (the signal)",
-                                       _check.column(runs[-1], signal, label)))
-        cuts[name] = warmup_cuts(series)
+            if cut in _CUTS or cut == name:     # this design's cuts are used
+                series.append(_check.array(f"{label}[{signal!r}] (the signal)",
+                                           _check.column(runs[-1], signal, label)))
+        if series:
+            cuts[name] = warmup_cuts(series)
         outs[name] = runs
     if cut == "common":
         shared = np.max([cuts[n] for n in named], axis=0).tolist()
