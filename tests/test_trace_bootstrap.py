@@ -253,6 +253,7 @@ def test_replicate_puts_a_shuffled_output_in_arrival_order():
     (lambda w: stats.replicate(w, {"a": 1}), "designs"),
     (lambda w: stats.replicate(w, _fleet(), cut="FCFS"), "cut"),
     (lambda w: stats.replicate(w, {"a": _fleet()}, cut="b"), "cut"),
+    (lambda w: stats.replicate(w, {"a": _fleet()}, cut=["a"]), "cut"),
     (lambda w: stats.replicate(w, _fleet(), signal=3), "signal"),
     (lambda w: stats.replicate(w, _fleet(), signal="nope"), "designs(requests[0])"),
     (lambda w: stats.replicate(w, lambda r: _fleet()(r).iloc[1:]), "designs(requests[0])"),

@@ -531,7 +531,7 @@ def replicate(requests, designs, *, signal: str = "ttft_s", cut: str = "each"):
                          f"callables, got {designs!r}")
     if not isinstance(signal, str):
         raise ValueError(f"signal must be a column name, got {signal!r}")
-    if cut not in _CUTS and (single or cut not in named):
+    if not isinstance(cut, str) or cut not in _CUTS and (single or cut not in named):
         allowed = ", ".join(repr(c) for c in (*_CUTS, *(() if single else named)))
         raise ValueError(f"cut must be one of {allowed}, got {cut!r}")
     outs, cuts = {}, {}
