@@ -11,8 +11,8 @@ import pytest
 from servingcap import stats
 from servingcap.__main__ import main
 from servingcap.planning import Replay, _Trace, evaluate, fluid_rate
-from servingcap.serving import Replica
-from servingcap.traffic import BOOTSTRAP_SEGMENT_S, block_bootstrap, mean_rate
+from servingcap.serving import Replica, simulate
+from servingcap.traffic import BOOTSTRAP_SEGMENT_S, block_bootstrap, bootstrap_windows, mean_rate
 
 SMALL = Replica(prefill_rate=8000, decode_step_s=0.02, max_batch=8)
 FAST = {"limits": {"ttft_s": 1.0, "tpot_s": 0.05}, "target": 0.9, "min_requests": 400,
@@ -180,3 +180,105 @@ def test_replay_is_the_opt_in_for_a_table_as_recorded():
     assert evaluate(table.iloc[:300], SMALL, rate, budget=3, **FAST)["replications"] == 3
     with pytest.raises(ValueError, match="requests"):
         Replay(table.iloc[:1])
+
+
+# --------------------------------------------------------------------------- replications
+# traffic.bootstrap_windows + stats.replicate: the steps the chapters chunked_prefill,
+# tail_latency, two_slos and scheduling_policies used to write out by hand (windows ->
+# replay each -> arrival order -> MSER-5 cut -> keep the rest). Every check below is
+# exact (same seeds, same draws, same cut): no sampling tolerance is involved.
+
+
+def _fleet(policy="fcfs"):
+    """A design: one small replica, the chapters' `simulate` call."""
+    return lambda reqs: simulate(reqs, SMALL, policy=policy)
+
+
+def test_bootstrap_windows_are_the_hand_written_draws():
+    trace = _trace(1500)
+    for segment in (BOOTSTRAP_SEGMENT_S, BOOTSTRAP_SEGMENT_S / 4):
+        windows = bootstrap_windows(trace, 4, 11, segment_s=segment)
+        by_hand = [block_bootstrap(trace, len(trace), ss, segment)
+                   for ss in stats.replication_seeds(11, 4)]
+        assert len(windows) == 4
+        assert all(w.equals(h) for w, h in zip(windows, by_hand, strict=True))
+    # more replications keep the first ones (replication_seeds' prefix property); n
+    # sets the window length
+    assert bootstrap_windows(trace, 6, 11)[3].equals(bootstrap_windows(trace, 4, 11)[3])
+    assert [len(w) for w in bootstrap_windows(trace, 2, 11, n=700)] == [700, 700]
+
+
+def test_replicate_cuts_where_warmup_cuts_does_and_accounts_for_every_request():
+    windows = bootstrap_windows(_trace(1200), 4, 5)
+    kept = stats.replicate(windows, _fleet())
+    outs = [simulate(w, SMALL).sort_values("arrival_s", kind="stable") for w in windows]
+    cuts = stats.warmup_cuts([o.ttft_s.to_numpy() for o in outs])
+    assert any(c > 0 for c in cuts)       # the small replica starts empty: a warm-up
+    for k, o, c, w in zip(kept, outs, cuts, windows, strict=True):
+        assert k.equals(o.iloc[c:])
+        assert len(k) + c == len(w)       # kept + deleted = every request of the window
+        assert k.index.is_unique and k["arrival_s"].is_monotonic_increasing
+
+
+def test_paired_designs_share_the_latest_cut_or_a_named_designs_cut():
+    windows = bootstrap_windows(_trace(1200), 3, 9)
+    designs = {"FCFS": _fleet("fcfs"), "SJF": _fleet("sjf")}
+    own = stats.replicate(windows, designs)
+    common = stats.replicate(windows, designs, cut="common")
+    named = stats.replicate(windows, designs, cut="FCFS")
+    for i, w in enumerate(windows):
+        dropped = {n: len(w) - len(own[n][i]) for n in designs}
+        assert dropped == {n: stats.warmup_cuts(
+            [simulate(x, SMALL, policy=n.lower()).ttft_s.to_numpy() for x in windows]
+        )[i] for n in designs}
+        # the same requests kept under both orders: the comparison stays paired
+        assert common["FCFS"][i].index.equals(common["SJF"][i].index)
+        assert len(w) - len(common["SJF"][i]) == max(dropped.values())
+        assert len(w) - len(named["SJF"][i]) == dropped["FCFS"]
+
+
+def test_replicate_puts_a_shuffled_output_in_arrival_order():
+    windows = bootstrap_windows(_trace(800), 2, 1)
+    shuffled = stats.replicate(windows, lambda r: _fleet()(r).sample(frac=1.0,
+                                                                      random_state=0))
+    assert all(a.equals(b) for a, b in zip(shuffled, stats.replicate(windows, _fleet()),
+                                            strict=True))
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda w: stats.replicate(w[0], _fleet()), "requests"),
+    (lambda w: stats.replicate([], _fleet()), "requests"),
+    (lambda w: stats.replicate([w[0].drop(columns="arrival_s")], _fleet()), "requests[0]"),
+    (lambda w: stats.replicate(w, {}), "designs"),
+    (lambda w: stats.replicate(w, {"a": 1}), "designs"),
+    (lambda w: stats.replicate(w, _fleet(), cut="FCFS"), "cut"),
+    (lambda w: stats.replicate(w, {"a": _fleet()}, cut="b"), "cut"),
+    (lambda w: stats.replicate(w, {"a": _fleet()}, cut=["a"]), "cut"),
+    (lambda w: stats.replicate(w, _fleet(), signal=3), "signal"),
+    (lambda w: stats.replicate(w, _fleet(), signal="nope"), "designs(requests[0])"),
+    (lambda w: stats.replicate(w, lambda r: _fleet()(r).iloc[1:]), "designs(requests[0])"),
+    (lambda w: stats.replicate(w, lambda r: _fleet()(r).assign(ttft_s=np.nan)),
+     "designs(requests[0])['ttft_s']"),
+    (lambda w: bootstrap_windows(w[0], 0, 1), "replications"),
+    (lambda w: bootstrap_windows(w[0], 2, -1), "seed"),
+    (lambda w: bootstrap_windows(w[0], 2, 1, n=0), "n"),
+    (lambda w: bootstrap_windows(w[0], 2, 1, segment_s=0), "segment_s"),
+    (lambda w: bootstrap_windows(w[0].to_numpy(), 2, 1), "trace"),
+])
+def test_replicate_and_windows_name_bad_input(call, named):
+    windows = bootstrap_windows(_trace(300), 2, 0)
+    with pytest.raises(ValueError) as err:
+        call(windows)
+    assert named in str(err.value)
+
+
+def test_a_named_cut_reads_only_that_designs_signal():
+    # a design whose signal holds NaN (a rejected request has no TTFT) is fine when
+    # another design's cut is used, and refused when its own cut is needed
+    windows = bootstrap_windows(_trace(800), 2, 4)
+    designs = {"FCFS": _fleet(), "gappy": lambda r: _fleet()(r).assign(ttft_s=np.nan)}
+    named = stats.replicate(windows, designs, cut="FCFS")
+    assert all(a.index.equals(b.index) for a, b in zip(named["FCFS"], named["gappy"],
+                                                        strict=True))
+    with pytest.raises(ValueError, match="gappy"):
+        stats.replicate(windows, designs, cut="common")

@@ -29,6 +29,9 @@ itself does not show. This module holds the standard remedies:
 - :func:`quantile_ci` and :func:`replicated_quantile_ci` put an interval on a quantile
   *as printed* (the p99 of the whole run, or of all replications pooled), by sectioning
   (Asmussen & Glynn 2007): never a mean of batch p99s presented as the p99's interval.
+- :func:`replicate` runs one or more designs on each replication's requests, puts
+  each output in arrival order and deletes its warm-up (:func:`warmup_cuts`), each
+  design on its own or paired designs at a common cut.
 - :func:`steady_state` returns a :class:`Verdict`: ``"unstable"`` when the warm-up does
   not end by mid-run or the latency keeps climbing across the run (a queue with
   utilization >= 1, or a fleet whose routing synchronizes), so that no number is
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +55,7 @@ from . import _check
 
 __all__ = ["Estimate", "mser", "Warmup", "mean_ci", "batch_means_ci", "percentile_ci",
            "proportion_ci", "replication_seeds", "Verdict", "steady_state", "warmup_cuts",
+           "replicate",
            "Decision", "feasibility", "feasibility_constants", "sequential_check",
            "look_schedule", "sectioning_ci", "quantile_ci",
            "replicated_quantile_ci", "INDIFFERENCE", "FIRST_STAGE", "MIN_TAIL"]
@@ -465,6 +469,96 @@ def warmup_cuts(runs) -> list[int]:
         total = stacked.sum(axis=0)
         others = len(series) - 1
         return [mser((total - row) / others).delete for row in stacked]
+
+
+_CUTS = ("each", "common")
+
+
+def replicate(requests, designs, *, signal: str = "ttft_s", cut: str = "each"):
+    """Run designs on replications' requests and delete each run's warm-up.
+
+    The output analysis of a replicated experiment, in one place: for every design and
+    every replication, ``design(requests[i])`` gives a per-request table; it is put in
+    arrival order (stable sort on ``arrival_s``, so tied arrivals keep their order);
+    the warm-up of replication ``i`` is cut by :func:`warmup_cuts` on the ``signal``
+    column over the design's replications (MSER-5 on the other replications' average);
+    the requests after the cut are kept. Designs given the same ``requests[i]`` are
+    paired (common random numbers), and ``cut`` says how paired designs are cut:
+
+    - ``"each"``: every design its own cuts;
+    - ``"common"``: replication ``i`` of every design is cut at the latest of the
+      designs' cuts for it, so all designs keep the same requests;
+    - a design's name: that design's cuts for all (e.g. a baseline order); only its
+      ``signal`` is read (another design's may hold NaN, e.g. a rejected request).
+
+    Parameters
+    ----------
+    requests : sequence of pandas.DataFrame
+        One request table per replication (``arrival_s`` in s, plus whatever the
+        designs read), e.g. :func:`servingcap.traffic.bootstrap_windows` of a trace, or
+        tables drawn from :func:`replication_seeds`.
+    designs : callable or mapping of name to callable
+        ``design(table) -> per-request DataFrame`` with one row per request, an
+        ``arrival_s`` column (s) and the ``signal`` column (e.g. a
+        :func:`servingcap.serving.simulate` call with its replica and options).
+    signal : str
+        Output column MSER-5 reads (seconds, finite), default ``"ttft_s"``.
+    cut : str
+        ``"each"``, ``"common"`` or one of the designs' names (a mapping only).
+
+    Returns
+    -------
+    list of DataFrame, or dict of name to list of DataFrame
+        For one callable, the kept rows of each replication (arrival order, original
+        index and columns); for a mapping, that list per design name. Replication ``i``
+        dropped ``len(requests[i]) - len(kept[i])`` requests as warm-up.
+    """
+    import pandas as pd
+
+    if isinstance(requests, pd.DataFrame) or isinstance(requests, (str, bytes)) or (
+            not isinstance(requests, Iterable)):
+        raise ValueError(f"requests must be a sequence of request tables (one per "
+                         f"replication), got {type(requests).__name__}")
+    tables = [_check.table(f"requests[{i}]", t, ("arrival_s",), minimum=1)
+              for i, t in enumerate(requests)]
+    if not tables:
+        raise ValueError("requests must hold at least 1 request table, got 0")
+    single = callable(designs)
+    named = {"design": designs} if single else designs
+    if not isinstance(named, Mapping) or not named or not all(
+            callable(d) for d in named.values()):
+        raise ValueError(f"designs must be a callable or a non-empty mapping of names to "
+                         f"callables, got {designs!r}")
+    if not isinstance(signal, str):
+        raise ValueError(f"signal must be a column name, got {signal!r}")
+    if not isinstance(cut, str) or cut not in _CUTS and (single or cut not in named):
+        allowed = ", ".join(repr(c) for c in (*_CUTS, *(() if single else named)))
+        raise ValueError(f"cut must be one of {allowed}, got {cut!r}")
+    outs, cuts = {}, {}
+    for name, design in named.items():
+        runs, series = [], []
+        for i, table in enumerate(tables):
+            label = (f"designs(requests[{i}])" if single
+                     else f"designs[{name!r}](requests[{i}])")
+            out = _check.table(label, design(table), ("arrival_s", signal))
+            if len(out) != len(table):
+                raise ValueError(f"{label} must return one row per request "
+                                 f"({len(table)}), got {len(out)}")
+            runs.append(out.sort_values("arrival_s", kind="stable"))
+            if cut in _CUTS or cut == name:     # this design's cuts are used
+                series.append(_check.array(f"{label}[{signal!r}] (the signal)",
+                                           _check.column(runs[-1], signal, label)))
+        if series:
+            cuts[name] = warmup_cuts(series)
+        outs[name] = runs
+    if cut == "common":
+        shared = np.max([cuts[n] for n in named], axis=0).tolist()
+        cuts = {n: shared for n in named}
+    elif cut != "each":
+        cuts = {n: cuts[cut] for n in named}
+    kept = {n: [r.iloc[c:] for r, c in zip(outs[n], cuts[n], strict=True)]
+            for n in named}
+    return kept["design"] if single else kept
 
 
 # --------------------------------------------------------------------------- sequential decision

@@ -24,7 +24,8 @@ The rest of the module is offered-load arithmetic:
 - reshaping a trace: :func:`rescale_to_rate` (same burst shape at another mean rate)
   and :func:`poisson_like` (same requests, Poisson timing at the same mean rate);
 - resampling a trace: :func:`block_bootstrap` (any number of requests in contiguous
-  segments of the trace, Politis & Romano's stationary bootstrap);
+  segments of the trace, Politis & Romano's stationary bootstrap) and
+  :func:`bootstrap_windows` (one such window per replication seed);
 - agent call amplification: :func:`agent_request_rate` (user tasks/s to inference
   requests/s) and :func:`retry_multiplier` (requests per call under retries).
 """
@@ -39,12 +40,14 @@ import pandas as pd
 
 from . import _check
 from ._check import UnstableQueueError
+from .stats import replication_seeds
 
 __all__ = [
     "TRACES", "data_dir", "load_trace",
     "burst_backlog", "drain_time", "balancing_rate", "fluid_backlog", "piecewise_poisson",
     "window_counts", "index_of_dispersion", "peak_to_mean", "window_utilization",
     "mean_rate", "rescale_to_rate", "poisson_like", "block_bootstrap", "BOOTSTRAP_SEGMENT_S",
+    "bootstrap_windows",
     "agent_request_rate", "retry_multiplier",
 ]
 
@@ -639,3 +642,29 @@ def block_bootstrap(trace: pd.DataFrame, n: int, seed,
                 ids[k] = [f"{b}~{copy[k]}" for b in ids[k]]
             out["hash_ids"] = ids
     return out
+
+
+def bootstrap_windows(trace: pd.DataFrame, replications: int, seed, *, n: int | None = None,
+                      segment_s: float = BOOTSTRAP_SEGMENT_S) -> list[pd.DataFrame]:
+    """Independent block-bootstrap windows of a trace, one per replication.
+
+    Window ``i`` is :func:`block_bootstrap` of ``trace`` (``n`` rows, segments of a mean
+    ``segment_s`` seconds of the trace) drawn from the ``i``-th seed of
+    :func:`servingcap.stats.replication_seeds` ``(seed, replications)``: another stretch
+    of traffic like the trace's, bursts and length mix kept, for replications of a
+    replay (:func:`servingcap.stats.replicate` runs designs on them and deletes each
+    warm-up). The first ``k`` windows are the same whatever ``replications`` is.
+
+    ``trace``: a request table with ``arrival_s`` (s), sorted, at least two rows;
+    ``replications``: windows wanted (>= 1); ``seed``: an int >= 0; ``n``: requests
+    per window (default ``len(trace)``); ``segment_s``: mean segment in seconds of the
+    trace's own time scale (> 0; a trace replayed ``k`` times faster than recorded
+    keeps minute-long bursts with ``BOOTSTRAP_SEGMENT_S / k``). Returns the windows,
+    each starting at 0 s on the trace's time scale.
+    """
+    if not isinstance(trace, pd.DataFrame):
+        raise ValueError(f"trace must be a DataFrame with an 'arrival_s' column, "
+                         f"got {type(trace).__name__}")
+    count = len(trace) if n is None else _check.size("n", n)
+    seeds = replication_seeds(seed, replications)
+    return [block_bootstrap(trace, count, ss, segment_s) for ss in seeds]
