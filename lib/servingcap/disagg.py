@@ -329,8 +329,10 @@ class PoolsResult:
     """Verdict of one decode replica fewer (prefill pool as answered), as above."""
     evaluations: pd.DataFrame = dataclasses.field(repr=False)
     """One row per simulated ``(prefill_replicas, decode_replicas)``, in the order tried:
-    :func:`servingcap.fleet.replicated_attainment`'s columns plus ``ttft_miss`` and
-    ``other_miss`` (shares of kept requests missing the TTFT limit / another limit)."""
+    :func:`servingcap.fleet.replicated_attainment`'s columns plus ``ttft_miss`` (share of
+    all simulated requests, warm-up included, without a first token or over the TTFT
+    limit: the prefill pool's misses) and ``other_miss`` (with a first token but not
+    finished, or over another limit: the decode pool's), which steer the search."""
 
     def row(self) -> pd.Series:
         """The answer's evaluation."""
@@ -407,9 +409,10 @@ def smallest_pools(requests, prefill_replica: Replica, decode_replica: Replica, 
        the rate of requests with more than one token. Sizes below either pool's fluid
        bound are overloaded: never simulated, and counted as misses.
     2. **Grow** until a size is shown to meet: the pool whose limit is missed more often
-       gets one more replica -- TTFT misses are the prefill pool's (TTFT ends there),
-       misses of every other limit (TPOT, the worst gap, end-to-end) the decode pool's;
-       when both miss, the larger share of kept requests decides. A size that is
+       gets one more replica -- TTFT misses (and requests never given a first token)
+       are the prefill pool's (TTFT ends there), misses of every other limit (TPOT, the
+       worst gap, end-to-end) and requests stopped after their first token the decode
+       pool's; when both miss, the larger share of requests decides. A size that is
        ``open`` is grown the same way (it is not a miss, but not shown to meet either).
     3. **Shrink**: try one prefill replica fewer, then one decode replica fewer; move to
        the first that is shown to meet and repeat, until neither is. The answer's two
@@ -484,9 +487,10 @@ def smallest_pools(requests, prefill_replica: Replica, decode_replica: Replica, 
             if out["verdict"] != "open":
                 break
         everything = pd.concat(runs, ignore_index=True)
-        done = (everything["outcome"] == "done").to_numpy()
-        late = ~done | (everything["ttft_s"].to_numpy(dtype=float) > lim.get("ttft_s", np.inf))
-        other = np.zeros(len(everything), dtype=bool)
+        ttft = everything["ttft_s"].to_numpy(dtype=float)
+        emitted = ~np.isnan(ttft)                # the prefill pool gave a first token
+        late = ~emitted | (ttft > lim.get("ttft_s", np.inf))
+        other = emitted & (everything["outcome"] != "done").to_numpy()
         for column, limit in lim.items():
             if column != "ttft_s":
                 other |= everything[column].to_numpy(dtype=float) > limit
