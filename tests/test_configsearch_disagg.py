@@ -186,6 +186,18 @@ def test_a_pool_that_does_not_fit_is_refused_by_name():
     assert row["status"] == "refused" and row["reason"].startswith("prefill pool: ")
 
 
+def test_a_prefill_cap_below_the_prompts_is_refused_not_grown():
+    out = cs.search("Llama-3.1-8B", planning.PoissonWorkload(600, 20), RATE, gpus=["L40S"],
+                    tps=(1,), **SMALL, designs=("disaggregated",), executor=None)
+    row = out.table.iloc[0]
+    assert row["status"] == "refused" and "longer than its batch cap of 512" in row["reason"]
+    # the two-pool search itself stops at once: every prompt is rejected at any size
+    with pytest.raises(ValueError, match="more replicas will not help"):
+        disagg.smallest_pools(planning.PoissonWorkload(600, 20),
+                              Replica(mode="prefill_first", max_batched_tokens=512),
+                              Replica(), 2.0, budget=2, holds=1, min_requests=100)
+
+
 def test_bad_disaggregated_input_names_it():
     with pytest.raises(ValueError, match="prefill_tp"):
         cs.DisaggConfig("L40S", "bf16", 0, 1, 512, 8)

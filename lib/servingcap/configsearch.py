@@ -416,7 +416,10 @@ class DisaggConfig:
     comparison with colocated replicas is then about the split alone; mixing GPU types
     is Mélange's question, not searched). The prefill pool's replicas are ``prefill_tp``
     GPUs each and run prompts only (:data:`DISAGG_PREFILL_MODE`, batches of whole prompts
-    up to ``prefill_budget`` tokens, ``max_batch`` slots); the decode pool's are
+    up to ``prefill_budget`` tokens, ``max_batch`` slots; a longer prompt is rejected, as
+    vLLM's scheduler without chunked prefill refuses it, so :func:`search` refuses the
+    configuration when more than ``1 - target`` of the prompts are longer); the decode
+    pool's are
     ``decode_tp`` GPUs each with ``max_batch`` slots, every step a decode step
     (:func:`servingcap.disagg.decode_pool_replica`). The prompt's KV cache crosses a
     link between them (:func:`kv_link_gb_per_s`)."""
@@ -632,6 +635,12 @@ def _bound(cfg, ctx: _Context) -> dict:
     ``kv_link_gb_per_s``. ValueError says why the configuration is refused."""
     if isinstance(cfg, DisaggConfig):
         prefill, decode, kv = _pools(cfg, ctx)
+        _, ref = planning._source(ctx.requests)
+        longer = float((ref["prompt_tokens"] > cfg.prefill_budget).mean())
+        if longer > 1 - ctx.target:
+            raise ValueError(f"prefill pool: {longer:.1%} of prompts are longer than its batch "
+                             f"cap of {cfg.prefill_budget} tokens (it runs whole prompts and "
+                             "rejects longer ones); search a larger budget")
         split = (("prefill pool", prefill, {k: v for k, v in ctx.limits.items() if k == "ttft_s"}),
                  ("decode pool", decode, {k: v for k, v in ctx.limits.items() if k != "ttft_s"}))
         for name, replica, limits in split:

@@ -431,7 +431,8 @@ def smallest_pools(requests, prefill_replica: Replica, decode_replica: Replica, 
     Parameters as :func:`simulate_disaggregated` (the pools' replicas and the link) and
     :func:`servingcap.planning.smallest_fleet` (``limits`` ... ``max_replicas``, which
     caps each pool). Raises ValueError when either pool's fluid bound needs more than
-    ``max_replicas``, or no size up to it is shown to meet.
+    ``max_replicas``, when no request meets at the first sizes tried (something more
+    replicas cannot fix), or when no size up to ``max_replicas`` is shown to meet.
     """
     from . import fleet, planning, stats
 
@@ -501,6 +502,12 @@ def smallest_pools(requests, prefill_replica: Replica, decode_replica: Replica, 
         return row
 
     size = list(starts)
+    if evaluate(*size)["attainment_high"] == 0:
+        raise ValueError(
+            f"no request met the limits with prefill_replicas={size[0]} and decode_replicas="
+            f"{size[1]}, at or above both fluid bounds, in any replication: more replicas "
+            "will not help (a prompt longer than prefill_replica's token cap in "
+            "prefill_first mode, for one, is rejected)")
     while evaluate(*size)["verdict"] != "meets":
         row = seen[tuple(size)]
         grow = 0 if row["ttft_miss"] >= row["other_miss"] else 1
