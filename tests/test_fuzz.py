@@ -330,7 +330,7 @@ ENTRIES = [
     E("fleet.FleetSearch.meets", lambda replicas: FLEET_SEARCH.meets(replicas), replicas=3),
     E("fleet.replicated_attainment", fleet.replicated_attainment, allow_nan=True,
       runs=[RESULT, RESULT], limits={"ttft_s": 1.0}, target=0.9, confidence=0.95,
-      delta=0.0025),
+      delta=0.0025, first=2, cap=4),
     # kvcache
     E("kvcache.AttentionShape", kvcache.AttentionShape, layers=32, kv_heads=8, head_dim=128,
       dtype_bytes=2),
@@ -665,6 +665,7 @@ ENTRIES = [
       model="Llama-3.1-8B", requests=planning.PoissonWorkload(100, 10), rate=1.0,
       gpus=["L40S"], tps=[1],
       dtypes=["bf16"], modes=["mixed"], budgets=[512], max_batches=[8],
+      designs=["colocated"], kv_link_gb_per_s=50.0,     # disaggregated: smallest_pools
       prices=configsearch.load_prices().query("gpu == 'L40S'").reset_index(drop=True),
       price_overrides={"L40S": 1.0}, limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99,
       router="jsq", policy="fcfs", spares=1, seed=0, confidence=0.95, budget=2, delta=0.0025,
@@ -672,7 +673,12 @@ ENTRIES = [
       bandwidth_efficiency=0.55, gpu_memory_utilization=0.9, prune=True, wave=1,
       executor=None, progress=None),     # cache_dir left out: "x" would be a valid directory
     E("configsearch.grid", configsearch.grid, gpus=["L40S", "H100-SXM"], tps=[1, 2],
-      dtypes=["bf16", "fp8"], modes=["mixed"], budgets=[512], max_batches=[8]),
+      dtypes=["bf16", "fp8"], modes=["mixed"], budgets=[512], max_batches=[8],
+      designs=["colocated", "disaggregated"]),
+    E("configsearch.DisaggConfig", configsearch.DisaggConfig, gpu="L40S", dtype="bf16",
+      prefill_tp=1, decode_tp=2, prefill_budget=512, max_batch=8),
+    E("configsearch.kv_link_gb_per_s", configsearch.kv_link_gb_per_s, gpu="H100-SXM",
+      prefill_tp=1, decode_tp=2, override=None),
     E("configsearch.Config", configsearch.Config, gpu="L40S", tp=1, dtype="bf16",
       mode="mixed", max_batched_tokens=512, max_batch=8),
     E("configsearch.load_model", configsearch.load_model, model="Llama-3.1-8B"),
@@ -760,6 +766,15 @@ ENTRIES = [
     E("disagg.kv_transfer_s", disagg.kv_transfer_s, prompt_tokens=[100, 2000],
       kv_bytes_per_token=131072.0, link_bytes_per_s=25e9, link_latency_s=0.001),
     E("disagg.decode_pool_replica", disagg.decode_pool_replica, replica=REPLICA),
+    E("disagg.pool_fluid_bounds", disagg.pool_fluid_bounds, requests=REQUESTS,
+      prefill_replica=REPLICA, decode_replica=REPLICA, rate=2.0),
+    E("disagg.smallest_pools", disagg.smallest_pools, heavy=True, allow_nan=True,
+      requests=planning.PoissonWorkload(100, 10),
+      prefill_replica=serving.Replica(mode="prefill_first", max_batched_tokens=512),
+      decode_replica=REPLICA, rate=1.0, kv_bytes_per_token=131072.0, link_bytes_per_s=25e9,
+      link_latency_s=0.001, router="jsq", policy="fcfs",
+      limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99, seed=0, confidence=0.95,
+      budget=2, delta=0.0025, holds=1.0, min_requests=100, max_replicas=64),
     E("disagg.simulate_disaggregated", disagg.simulate_disaggregated, heavy=True,
       allow_nan=True, requests=REQUESTS, prefill_replica=REPLICA, decode_replica=REPLICA,
       prefill_replicas=1, decode_replicas=2, kv_bytes_per_token=131072.0,
@@ -992,6 +1007,7 @@ NOT_ENTRY_POINTS = {
     "calibrate.main",            # the CLI (argparse exits): fuzzed by tests/test_cli.py
     "routers.Router",            # built by serving.simulate on its engines; fuzzed there
     "configsearch.SearchResult",  # returned by configsearch.search
+    "disagg.PoolsResult",        # returned by disagg.smallest_pools
 }
 
 

@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
             "with the Pareto front of cost vs p99 TTFT and whether the cheapest is separated\n"
             "from the runner-up. The step time is the roofline of --model-config on each GPU\n"
             "(efficiencies 0.62 / 0.55 measured by default; a mixture of experts fits by its\n"
-            "total weights and steps by its active ones). Colocated replicas only."),
+            "total weights and steps by its active ones). --designs colocated,disaggregated\n"
+            "adds prefill/decode pools of one GPU type (a TP degree per pool from --tp, the\n"
+            "prefill batch cap from --budgets, decode slots from --max-batch), sized by a\n"
+            "heuristic two-pool search and priced for both pools with --spares in each."),
         epilog=("Example:\n  python -m servingcap search --model-config Llama-3.1-8B --rate 30 "
                 "\\\n      --gpus L40S,A100-80GB,H100-SXM --tp 1,2 --budgets 512,2048"))
     plan = _plan_parser()
@@ -90,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "mixed and prefill_first (default 2048)")
     g.add_argument("--max-batch", type=str, metavar="LIST", default=S,
                    help="batch slots per replica, sequences (default 32)")
+    g.add_argument("--designs", type=str, metavar="LIST", default=S,
+                   help="fleet designs: colocated, disaggregated (prefill and decode pools of "
+                        "one GPU type, each pool's TP from --tp) (default colocated)")
+    g.add_argument("--kv-link-gbps", type=str, metavar="GB/S", default=S,
+                   help="prefill-to-decode KV link of disaggregated designs, GB/s (default: "
+                        "half the GPU's interconnect figure in data/gpus.csv per GPU of the "
+                        "smaller replica: pools in one NVLink domain)")
     g.add_argument("--gpu-memory-utilization", type=str, metavar="FRACTION", default=S,
                    help="fraction of each GPU's memory the engine may use, in (0, 1] "
                         "(default 0.9)")
@@ -147,7 +157,7 @@ def settings(given: dict) -> dict:
     """Validated keyword arguments of :func:`servingcap.configsearch.search`, plus
     ``output``, ``plot``, ``progress``, ``scheduler``, ``workers`` and ``text`` (the
     workload in words)."""
-    from .configsearch import DTYPES, load_model, parse_price, resolve_prices
+    from .configsearch import DESIGNS, DTYPES, load_model, parse_price, resolve_prices
     from .planning import PoissonWorkload
     from .roofline import gpu_table
     from .serving import MODES, ROUTERS
@@ -192,6 +202,12 @@ def settings(given: dict) -> dict:
     for d in dtypes:
         if d not in DTYPES:
             raise cli._bad("dtypes", given.get("dtypes"), f"must list {' / '.join(DTYPES)}")
+    designs = _list("designs", given.get("designs", "colocated"))
+    for d in designs:
+        if d not in DESIGNS:
+            raise cli._bad("designs", given.get("designs"), f"must list {' / '.join(DESIGNS)}")
+    link = (None if "kv_link_gbps" not in given
+            else cli._number("kv_link_gbps", given["kv_link_gbps"]))
     modes = _list("modes", given.get("modes", "mixed"))
     for m in modes:
         if m not in MODES:
@@ -254,7 +270,7 @@ def settings(given: dict) -> dict:
     return {
         "model": given["model_config"], "requests": requests, "rate": rate,
         "gpus": gpus, "tps": _list("tp", given["tp"], int) if "tp" in given else (1, 2, 4, 8),
-        "dtypes": dtypes, "modes": modes,
+        "dtypes": dtypes, "modes": modes, "designs": designs, "kv_link_gb_per_s": link,
         "budgets": _list("budgets", given["budgets"], int) if "budgets" in given else (2048,),
         "max_batches": (_list("max_batch", given["max_batch"], int)
                         if "max_batch" in given else (32,)),
@@ -292,6 +308,7 @@ def render(result, s: dict) -> str:
     counts = {k: int((t["status"] == k).sum()) for k in ("ranked", "refused", "pruned",
                                                          "failed")}
     lim = s["limits"]
+    width = max([34, *map(len, result.ranked["label"])])
     lines = [
         f"Configuration search: {result.model} at {result.rate:g} req/s ({s['text']})",
         f"SLO: TTFT <= {_ms(lim['ttft_s'])} and TPOT <= {_ms(lim['tpot_s'])} for >= "
@@ -307,7 +324,7 @@ def render(result, s: dict) -> str:
         f"{counts['pruned']} pruned, {counts['failed']} failed; {result.simulated} simulated, "
         f"{result.from_cache} read from the cache",
         "",
-        f"{'rank':>4}  {'configuration':<34} {'replicas':>9} {'GPUs':>5} {'$/hour':>9} "
+        f"{'rank':>4}  {'configuration':<{width}} {'replicas':>9} {'GPUs':>5} {'$/hour':>9} "
         f"{'$/M good tokens (CI)':>22} {'attainment (CI)':>24} {'TTFT p99':>9} {'TPOT p99':>9}  "
         "one size below",
     ]
@@ -316,11 +333,22 @@ def render(result, s: dict) -> str:
         ci = f"{row.usd_per_mtok:.3g} ({row.usd_per_mtok_low:.3g}-{row.usd_per_mtok_high:.3g})"
         att = (f"{row.attainment:.2%} ({100 * row.attainment_low:.2f}-"
                f"{100 * row.attainment_high:.2f}%)")
+        size = (f"{int(row.prefill_replicas)}P+{int(row.decode_replicas)}D"
+                if row.design == "disaggregated" else f"{int(row.replicas)}")
         lines.append(
-            f"{row.rank:>4}{star} {row.label:<34} {int(row.replicas):>4} + {int(row.spares)} "
-            f"{int(row.gpus):>5} {row.usd_per_hour:>9.2f} {ci:>22} {att:>24} "
+            f"{row.rank:>4}{star} {row.label:<{width}} {size:>4} + {int(row.spares)} "
+            f"{int(row.gpus):>{max(5 - max(len(size) - 4, 0), 1)}} {row.usd_per_hour:>9.2f} "
+            f"{ci:>22} {att:>24} "
             f"{_ms(row.ttft_p99_s):>9} {_ms(row.tpot_p99_s):>9}  {row.below_verdict}")
     lines.append("   (* on the Pareto front of cost per million good tokens vs p99 TTFT)")
+    split = t.loc[t["design"] == "disaggregated"]
+    if len(split):
+        links = ", ".join(f"{gpu} {gbps:g} GB/s" for gpu, gbps in split.groupby(
+            "gpu", sort=False)["kv_link_gb_per_s"].first().dropna().items())
+        lines.append(
+            "   disagg: a prefill pool (P, whole prompts up to the budget) and a decode pool "
+            "(D) of one GPU type, a spare in each; sized by a heuristic two-pool search "
+            f"(one size below: each pool one fewer); KV link {links or 'n/a'}")
     for status in ("refused", "pruned", "failed"):
         rows = t.loc[t["status"] == status]
         if len(rows):
@@ -429,7 +457,8 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     keys = ("model", "requests", "rate", "gpus", "tps", "dtypes", "modes", "budgets",
-            "max_batches", "prices", "limits", "target", "router", "policy", "spares",
+            "max_batches", "designs", "kv_link_gb_per_s", "prices", "limits", "target",
+            "router", "policy", "spares",
             "seed", "confidence", "budget", "delta", "holds", "max_replicas", "prune", "wave",
             "cache_dir", "flops_efficiency", "bandwidth_efficiency",
             "gpu_memory_utilization")
@@ -437,7 +466,8 @@ def main(argv=None) -> int:
     try:
         names = s["gpus"] if s["gpus"] is not None else list(s["prices"]["gpu"])
         total = len(grid(names, tps=s["tps"], dtypes=s["dtypes"], modes=s["modes"],
-                         budgets=s["budgets"], max_batches=s["max_batches"]))
+                         budgets=s["budgets"], max_batches=s["max_batches"],
+                         designs=s["designs"]))
     except ValueError as exc:
         close()
         print(f"{PROG}: error: {exc}", file=sys.stderr)

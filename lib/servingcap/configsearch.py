@@ -89,8 +89,36 @@ Mixture-of-experts models fit by their *total* weights (every expert,
 :func:`servingcap.memory.memory_plan`) and step by their *active* FLOPs and the experts
 a step touches (:class:`servingcap.roofline.Roofline`, uniform routing).
 
-Not done: disaggregated prefill/decode pools (:mod:`servingcap.disagg`) are not searched
-(colocated replicas only), nor expert parallelism (experts are sharded over ``tp``).
+**Disaggregated designs** (``designs=("colocated", "disaggregated")``; colocated only by
+default). A :class:`DisaggConfig` is a prefill pool and a decode pool of one GPU type and
+dtype, each pool with its own tensor-parallel degree (both from ``tps``): the prefill
+pool runs whole prompts batched up to a token cap (:data:`DISAGG_PREFILL_MODE`, as
+DistServe's prefill instances), the decode pool only decode steps
+(:func:`servingcap.disagg.decode_pool_replica`), and each prompt's KV cache crosses a
+link between them (:func:`kv_link_gb_per_s`: the GPU's interconnect from
+``data/gpus.csv`` unless given). Each pool is fitted in memory (the prefill replica
+holds ``max_batch`` mean prompts, the decode replica ``max_batch`` sequences at the mean
+context) and refused by name; the TTFT limit is checked against the prefill pool's idle
+replica and the others against the decode pool's. Its fluid bound is the two pools'
+(:func:`servingcap.disagg.pool_fluid_bounds`, proven for the roofline), its lower cost
+bound the two fluid pools with ``spares`` in *each* (a failed replica of either kind
+needs a spare of its kind), and it is pruned, cached and run on the executor as a
+colocated configuration is. It is sized by :func:`servingcap.disagg.smallest_pools`, a
+*heuristic coordinate search* (grow the pool whose limit is missed, TTFT -> prefill,
+the others -> decode; then shrink either pool while the size still meets), each size
+decided by the same replications, warm-up cut, interval and meets / misses / open
+verdict (:func:`servingcap.fleet.replicated_attainment`); so its answer is the smallest
+on the search's path, not necessarily the fewest GPUs of every split. Cost::
+
+    gpus = (prefill replicas + spares) x prefill_tp + (decode replicas + spares) x decode_tp
+
+and the same ``usd_per_mtok``. Its ``replicas_low`` and lowest still possible cost
+(:func:`conclusion`) take each pool's one-fewer verdict (the other pool at its answer):
+one fewer when it misses (within the indifference zone it may meet), the pool's fluid
+bound when it is open.
+
+Not done: expert parallelism (experts are sharded over ``tp``); disaggregated pools of
+two GPU types; KV transfers contending for the link (each gets the whole link).
 
 Inspired by Vidur-Search (microsoft/vidur, ``vidur/config_optimizer/config_explorer``:
 a grid over device, parallelism, scheduler and batch size, each point simulated to its
@@ -114,7 +142,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import __version__, _check, parallel, planning, stats
+from . import __version__, _check, disagg, parallel, planning, stats
 from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_plan
 from .roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, Roofline, gpu_table
 from .roofline import model_config as _model_config
@@ -123,10 +151,10 @@ from .routers import DEFAULT_ROUTER
 from .serving import MODES, Replica, check_fleet
 from .traffic import data_dir
 
-__all__ = ["Config", "SearchResult", "grid", "search", "load_model", "load_prices",
+__all__ = ["Config", "DisaggConfig", "SearchResult", "grid", "search", "load_model", "load_prices",
            "resolve_prices", "parse_price", "rank", "pareto_front", "conclusion",
            "usd_per_mtok", "PRICE_TOLERANCE", "DTYPES", "TP_DEGREES", "MIN_EFFICIENCY",
-           "RESULT_COLUMNS", "PRICE_COLUMNS", "STATUSES"]
+           "RESULT_COLUMNS", "PRICE_COLUMNS", "STATUSES", "DESIGNS", "kv_link_gb_per_s"]
 
 DTYPES = ("bf16", "fp8")
 """Weight dtypes searched: ``bf16`` (the config's own 2-byte dtype) and ``fp8`` (1-byte
@@ -134,6 +162,10 @@ weights and KV cache, GEMMs at the fp8 peak; GPUs with fp8 tensor cores only).""
 
 TP_DEGREES = (1, 2, 4, 8)
 """Tensor-parallel degrees searched by default (GPUs per replica, one node)."""
+
+DESIGNS = ("colocated", "disaggregated")
+"""Fleet designs searched: ``colocated`` replicas (:class:`Config`: every replica runs
+prefill and decode) and ``disaggregated`` prefill / decode pools (:class:`DisaggConfig`)."""
 
 PRICE_COLUMNS = ("gpu", "usd_per_gpu_hour", "source", "date")
 """Columns of a price file (:func:`load_prices`)."""
@@ -145,9 +177,10 @@ already costs more than the best found (reason given); ``failed``: simulated, bu
 size up to ``max_replicas`` was shown to meet."""
 
 RESULT_COLUMNS = (
-    "label", "gpu", "tp", "dtype", "mode", "max_batched_tokens", "max_batch", "status",
-    "reason", "kv_capacity_tokens", "fluid_min", "replicas", "replicas_low", "spares",
-    "gpus", "usd_per_gpu_hour", "usd_per_hour", "usd_per_hour_low", "usd_per_mtok",
+    "label", "design", "gpu", "tp", "prefill_tp", "dtype", "mode", "max_batched_tokens",
+    "max_batch", "status", "reason", "kv_capacity_tokens", "kv_link_gb_per_s", "fluid_min",
+    "replicas", "prefill_replicas", "decode_replicas", "replicas_low", "spares", "gpus",
+    "usd_per_gpu_hour", "usd_per_hour", "usd_per_hour_low", "usd_per_mtok",
     "usd_per_mtok_low", "usd_per_mtok_high", "min_usd_per_mtok",
     "min_separating_usd_per_mtok", "attainment",
     "attainment_low", "attainment_high", "ttft_p99_s", "ttft_p99_low", "ttft_p99_high",
@@ -161,7 +194,15 @@ lowest cost still possible (:func:`conclusion`). ``replicas`` is the smallest si
 to meet (before spares); ``replicas_low`` the smallest size not shown to miss;
 ``below_verdict`` what is known of ``replicas - 1`` (as
 :attr:`servingcap.planning.FleetResult.below_verdict`); ``rank`` 1 = cheapest (ranked
-rows only); ``pareto`` whether the row is on the cost / p99 TTFT front."""
+rows only); ``pareto`` whether the row is on the cost / p99 TTFT front.
+
+A ``disaggregated`` row (:class:`DisaggConfig`) reads: ``tp`` the decode pool's degree,
+``prefill_tp`` the prefill pool's (NaN on colocated rows), ``mode`` empty,
+``max_batched_tokens`` the prefill pool's batch cap, ``kv_capacity_tokens`` the decode
+replica's, ``kv_link_gb_per_s`` the KV link assumed (GB/s, :func:`kv_link_gb_per_s`);
+``fluid_min``, ``replicas``, ``replicas_low`` and ``spares`` add up both pools (split in
+``prefill_replicas`` / ``decode_replicas``; ``spares`` per pool, so twice the option),
+``below_verdict`` names each pool's one-fewer verdict."""
 
 MIN_EFFICIENCY = 0.01
 """Smallest roofline efficiency :func:`search` accepts (1 % of peak): below it a step takes
@@ -334,11 +375,87 @@ class Config:
                                _check.whole("max_batched_tokens", self.max_batched_tokens))
         object.__setattr__(self, "max_batch", _check.whole("max_batch", self.max_batch))
 
+    design = "colocated"
+
     @property
     def label(self) -> str:
         """Short name, e.g. ``H100-SXM tp2 fp8 mixed/2048 B64``."""
         budget = "" if self.max_batched_tokens is None else f"/{self.max_batched_tokens}"
         return f"{self.gpu} tp{self.tp} {self.dtype} {self.mode}{budget} B{self.max_batch}"
+
+    @property
+    def tps(self) -> tuple[int, ...]:
+        """GPUs per replica of each pool (one pool)."""
+        return (self.tp,)
+
+    def fields(self) -> dict:
+        """This configuration's columns of the result table (:data:`RESULT_COLUMNS`)."""
+        return {"design": self.design, **asdict(self), "prefill_tp": math.nan}
+
+
+DISAGG_PREFILL_MODE = "prefill_first"
+"""Scheduling mode of a disaggregated prefill pool: whole prompts, oldest first, batched
+up to ``max_batched_tokens`` prompt tokens (at least one prompt) -- as DistServe's
+prefill instances batch them (Zhong et al., OSDI 2024: whole prompts, batched until
+their total length reaches the length past which the GPU is compute bound, so a larger
+batch only lengthens every TTFT). There are no decodes to protect, so nothing to chunk
+for."""
+
+DEFAULT_LINK_NOTE = ("half the GPU's interconnect figure in data/gpus.csv (its spec sheet's "
+                     "bidirectional total) per GPU of the smaller replica: both pools in one "
+                     "NVLink domain, each GPU sending its own KV shard, as DistServe places "
+                     "paired prefill and decode instances within a node")
+"""How :func:`kv_link_gb_per_s` sets the KV link when the caller gives none."""
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """A disaggregated design: a prefill pool and a decode pool of one GPU type and dtype.
+
+    Both pools run ``gpu`` at ``dtype`` (one model checkpoint, one hardware type: the
+    comparison with colocated replicas is then about the split alone; mixing GPU types
+    is Mélange's question, not searched). The prefill pool's replicas are ``prefill_tp``
+    GPUs each and run prompts only (:data:`DISAGG_PREFILL_MODE`, batches of whole prompts
+    up to ``prefill_budget`` tokens, ``max_batch`` slots; a longer prompt is rejected, as
+    vLLM's scheduler without chunked prefill refuses it, so :func:`search` refuses the
+    configuration when more than ``1 - target`` of the prompts are longer); the decode
+    pool's are
+    ``decode_tp`` GPUs each with ``max_batch`` slots, every step a decode step
+    (:func:`servingcap.disagg.decode_pool_replica`). The prompt's KV cache crosses a
+    link between them (:func:`kv_link_gb_per_s`)."""
+
+    gpu: str
+    dtype: str
+    prefill_tp: int
+    decode_tp: int
+    prefill_budget: int
+    max_batch: int
+
+    design = "disaggregated"
+
+    def __post_init__(self):
+        object.__setattr__(self, "gpu", _known_gpu(self.gpu, "gpu"))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name in ("prefill_tp", "decode_tp", "prefill_budget", "max_batch"):
+            object.__setattr__(self, name, _check.whole(name, getattr(self, name)))
+
+    @property
+    def label(self) -> str:
+        """Short name, e.g. ``H100-SXM fp8 disagg P tp2/2048 / D tp1 B64``."""
+        return (f"{self.gpu} {self.dtype} disagg P tp{self.prefill_tp}/{self.prefill_budget}"
+                f" / D tp{self.decode_tp} B{self.max_batch}")
+
+    @property
+    def tps(self) -> tuple[int, ...]:
+        """GPUs per replica of each pool: (prefill, decode)."""
+        return (self.prefill_tp, self.decode_tp)
+
+    def fields(self) -> dict:
+        """This configuration's columns of the result table (:data:`RESULT_COLUMNS`)."""
+        return {"design": self.design, "gpu": self.gpu, "tp": self.decode_tp,
+                "prefill_tp": self.prefill_tp, "dtype": self.dtype, "mode": "",
+                "max_batched_tokens": self.prefill_budget, "max_batch": self.max_batch}
 
 
 def _choices(name: str, values, allowed=None, whole=False) -> list:
@@ -359,13 +476,18 @@ def _choices(name: str, values, allowed=None, whole=False) -> list:
 
 
 def grid(gpus, *, tps=TP_DEGREES, dtypes=DTYPES, modes=("mixed",), budgets=(2048,),
-         max_batches=(32,)) -> list[Config]:
+         max_batches=(32,), designs=("colocated",)) -> list[Config | DisaggConfig]:
     """Every configuration of the lists, in a fixed order.
 
     ``fp8`` is kept only on GPUs with fp8 tensor cores (``data/gpus.csv``); ``budgets``
     (tokens per step) apply to ``mixed`` and ``prefill_first``, and ``combined`` gets
     one configuration per ``max_batches`` value (no budget). Head divisibility and
-    memory are checked by :func:`search` (recorded as refusals, not dropped here)."""
+    memory are checked by :func:`search` (recorded as refusals, not dropped here).
+
+    ``designs`` (:data:`DESIGNS`): the colocated configurations come first; with
+    ``"disaggregated"``, then every :class:`DisaggConfig` of each GPU and dtype with a
+    prefill and a decode degree from ``tps``, a prefill batch cap from ``budgets`` and
+    decode slots from ``max_batches`` (``modes`` do not apply: each pool's mode is fixed)."""
     names = [_known_gpu(g, "gpus") for g in _choices("gpus", gpus)]
     table = gpu_table().set_index("gpu")
     tp_list = _choices("tps", tps, whole=True)
@@ -373,17 +495,31 @@ def grid(gpus, *, tps=TP_DEGREES, dtypes=DTYPES, modes=("mixed",), budgets=(2048
     mode_list = _choices("modes", modes, MODES)
     budget_list = _choices("budgets", budgets, whole=True)
     batch_list = _choices("max_batches", max_batches, whole=True)
+    design_list = _choices("designs", designs, DESIGNS)
     out = []
-    for gpu in names:
-        has_fp8 = not pd.isna(table.loc[gpu, "fp8_dense_tflops"])
-        for tp in tp_list:
+    if "colocated" in design_list:
+        for gpu in names:
+            has_fp8 = not pd.isna(table.loc[gpu, "fp8_dense_tflops"])
+            for tp in tp_list:
+                for dtype in dtype_list:
+                    if dtype == "fp8" and not has_fp8:
+                        continue
+                    for mode in mode_list:
+                        for budget in (budget_list if mode != "combined" else [None]):
+                            for batch in batch_list:
+                                out.append(Config(gpu, tp, dtype, mode, budget, batch))
+    if "disaggregated" in design_list:
+        for gpu in names:
+            has_fp8 = not pd.isna(table.loc[gpu, "fp8_dense_tflops"])
             for dtype in dtype_list:
                 if dtype == "fp8" and not has_fp8:
                     continue
-                for mode in mode_list:
-                    for budget in (budget_list if mode != "combined" else [None]):
-                        for batch in batch_list:
-                            out.append(Config(gpu, tp, dtype, mode, budget, batch))
+                for prefill_tp in tp_list:
+                    for decode_tp in tp_list:
+                        for budget in budget_list:
+                            for batch in batch_list:
+                                out.append(DisaggConfig(gpu, dtype, prefill_tp, decode_tp,
+                                                        budget, batch))
     return out
 
 
@@ -413,6 +549,7 @@ class _Context:
     flops_efficiency: float
     bandwidth_efficiency: float
     gpu_memory_utilization: float
+    kv_link_gb_per_s: float | None = None
 
 
 def _mean_tokens(requests) -> tuple[float, float]:
@@ -420,24 +557,117 @@ def _mean_tokens(requests) -> tuple[float, float]:
     return float(ref["prompt_tokens"].mean()), float(ref["output_tokens"].mean())
 
 
+def _built(gpu: str, tp: int, dtype: str, max_batch: int, context: float, ctx: _Context,
+           **knobs) -> tuple[Replica, int]:
+    """(replica, KV capacity tokens) of ``tp`` x ``gpu`` holding ``max_batch`` sequences
+    of ``context`` tokens; ValueError says why it does not fit."""
+    heads = int(ctx.model.get("num_attention_heads", 0))
+    if heads % tp:
+        raise ValueError(f"num_attention_heads {heads} does not divide by tp={tp}")
+    fp8 = dtype == "fp8"
+    spec = _model_config(ctx.model, name=ctx.model_label)
+    memory = memory_plan(spec, gpu, tp=tp, fp8=fp8,
+                         gpu_memory_utilization=ctx.gpu_memory_utilization)
+    memory.check_batch(max_batch, context)
+    cost = Roofline(spec, gpu, tp=tp, fp8=fp8, flops_efficiency=ctx.flops_efficiency,
+                    bandwidth_efficiency=ctx.bandwidth_efficiency)
+    replica = Replica(max_batch=max_batch, step_time=cost,
+                      kv_capacity_tokens=memory.kv_capacity_tokens, **knobs)
+    return replica, memory.kv_capacity_tokens
+
+
 def _replica(cfg: Config, ctx: _Context) -> tuple[Replica, int]:
     """(replica, KV capacity tokens) of a configuration; ValueError says why it does not fit."""
-    heads = int(ctx.model.get("num_attention_heads", 0))
-    if heads % cfg.tp:
-        raise ValueError(f"num_attention_heads {heads} does not divide by tp={cfg.tp}")
-    fp8 = cfg.dtype == "fp8"
-    spec = _model_config(ctx.model, name=ctx.model_label)
-    memory = memory_plan(spec, cfg.gpu, tp=cfg.tp, fp8=fp8,
-                         gpu_memory_utilization=ctx.gpu_memory_utilization)
     prompt, output = _mean_tokens(ctx.requests)
-    memory.check_batch(cfg.max_batch, prompt + output / 2)
-    cost = Roofline(spec, cfg.gpu, tp=cfg.tp,
-                    fp8=fp8, flops_efficiency=ctx.flops_efficiency,
-                    bandwidth_efficiency=ctx.bandwidth_efficiency)
-    replica = Replica(max_batch=cfg.max_batch, mode=cfg.mode,
-                      max_batched_tokens=cfg.max_batched_tokens, step_time=cost,
-                      kv_capacity_tokens=memory.kv_capacity_tokens)
-    return replica, memory.kv_capacity_tokens
+    return _built(cfg.gpu, cfg.tp, cfg.dtype, cfg.max_batch, prompt + output / 2, ctx,
+                  mode=cfg.mode, max_batched_tokens=cfg.max_batched_tokens)
+
+
+def _pools(cfg: DisaggConfig, ctx: _Context) -> tuple[Replica, Replica, int]:
+    """(prefill replica, decode replica, decode KV capacity tokens) of a disaggregated
+    configuration. The prefill replica must hold ``max_batch`` mean prompts; the decode
+    replica ``max_batch`` sequences at the mean context, as a colocated one. ValueError
+    names the pool that does not fit."""
+    prompt, output = _mean_tokens(ctx.requests)
+    try:
+        prefill, _ = _built(cfg.gpu, cfg.prefill_tp, cfg.dtype, cfg.max_batch, prompt, ctx,
+                            mode=DISAGG_PREFILL_MODE, max_batched_tokens=cfg.prefill_budget)
+    except ValueError as exc:
+        raise ValueError(f"prefill pool: {exc}") from None
+    try:
+        decode, kv = _built(cfg.gpu, cfg.decode_tp, cfg.dtype, cfg.max_batch,
+                            prompt + output / 2, ctx, mode="combined")
+    except ValueError as exc:
+        raise ValueError(f"decode pool: {exc}") from None
+    return prefill, decode, kv
+
+
+def kv_link_gb_per_s(gpu: str, prefill_tp: int, decode_tp: int,
+                     override: float | None = None) -> float:
+    """Bandwidth of the prefill-to-decode KV link (GB/s) of a disaggregated configuration.
+
+    ``override`` when given (GB/s, > 0); otherwise :data:`DEFAULT_LINK_NOTE`:
+    ``min(prefill_tp, decode_tp) x link_gb_per_s / 2`` from ``data/gpus.csv`` (e.g. an
+    H100-SXM's NVLink 4, 900 GB/s bidirectional: 450 GB/s per GPU pair; an L40S has no
+    NVLink, so its PCIe Gen4 x16, 32 GB/s). Optimistic when the pools sit on different
+    nodes (a 400 Gb/s InfiniBand NIC per GPU moves 50 GB/s): pass ``override`` then."""
+    if override is not None:
+        return _check.positive("override", override)
+    name = _known_gpu(gpu, "gpu")
+    per_gpu = float(gpu_table().set_index("gpu").loc[name, "link_gb_per_s"]) / 2
+    return min(_check.whole("prefill_tp", prefill_tp),
+               _check.whole("decode_tp", decode_tp)) * per_gpu
+
+
+def _link(cfg: DisaggConfig, ctx: _Context) -> dict:
+    """:func:`servingcap.disagg.simulate_disaggregated`'s link arguments of ``cfg``."""
+    spec = _model_config(ctx.model, name=ctx.model_label)
+    size = 1 if cfg.dtype == "fp8" else None
+    gbps = kv_link_gb_per_s(cfg.gpu, cfg.prefill_tp, cfg.decode_tp, ctx.kv_link_gb_per_s)
+    return {"kv_bytes_per_token": spec.kv_bytes_per_token(size),
+            "link_bytes_per_s": gbps * 1e9}
+
+
+def _bound(cfg, ctx: _Context) -> dict:
+    """Fit, feasibility and fluid bound of a configuration (no simulation):
+    ``kv_capacity_tokens``, ``fluid_min`` (replicas, both pools together),
+    ``fluid_gpus`` (GPUs of the fluid fleet with spares) and, disaggregated,
+    ``kv_link_gb_per_s``. ValueError says why the configuration is refused."""
+    if isinstance(cfg, DisaggConfig):
+        prefill, decode, kv = _pools(cfg, ctx)
+        _, ref = planning._source(ctx.requests)
+        longer = float((ref["prompt_tokens"] > cfg.prefill_budget).mean())
+        if longer > 1 - ctx.target:
+            raise ValueError(f"prefill pool: {longer:.1%} of prompts are longer than its batch "
+                             f"cap of {cfg.prefill_budget} tokens (it runs whole prompts and "
+                             "rejects longer ones); search a larger budget")
+        split = (("prefill pool", prefill, {k: v for k, v in ctx.limits.items() if k == "ttft_s"}),
+                 ("decode pool", decode, {k: v for k, v in ctx.limits.items() if k != "ttft_s"}))
+        for name, replica, limits in split:
+            found = limits and planning.infeasible(ctx.requests, replica, limits, ctx.target)
+            if found:
+                raise ValueError(f"no fleet can meet the target {ctx.target:g}: {name}: "
+                                 f"{found[1]}")
+        busy = disagg.pool_fluid_bounds(ctx.requests, prefill, decode, ctx.rate)
+        extra = {"kv_link_gb_per_s": _link(cfg, ctx)["link_bytes_per_s"] / 1e9}
+    else:
+        replica, kv = _replica(cfg, ctx)
+        found = planning.infeasible(ctx.requests, replica, ctx.limits, ctx.target)
+        if found is not None:
+            raise ValueError(f"no fleet can meet the target {ctx.target:g}: {found[1]}")
+        busy = (ctx.rate / planning.fluid_rate(ctx.requests, replica),)
+        extra = {}
+    if not max(busy) < ctx.max_replicas:
+        raise ValueError(f"the fluid bound needs more than max_replicas="
+                         f"{ctx.max_replicas} replicas ({max(busy):.4g} busy)")
+    floors = [math.floor(b) + 1 for b in busy]
+    return {"kv_capacity_tokens": kv, "fluid_min": sum(floors),
+            "fluid_gpus": _gpus(floors, cfg, ctx.spares), **extra}
+
+
+def _gpus(counts, cfg, spares: int) -> int:
+    """GPUs of a fleet of ``counts`` replicas per pool plus ``spares`` in each pool."""
+    return sum((int(n) + spares) * tp for n, tp in zip(counts, cfg.tps, strict=True))
 
 
 def _fraction(name: str, value, zero: bool = False, least: float = 0.0) -> float:
@@ -466,6 +696,8 @@ def usd_per_mtok(usd_per_hour: float, rate: float, attainment: float,
 def _simulate(task) -> dict:
     """One configuration's smallest fleet (module level: pools and Dask run it)."""
     cfg, ctx = task
+    if isinstance(cfg, DisaggConfig):
+        return _simulate_pools(cfg, ctx)
     replica, _ = _replica(cfg, ctx)
     busy = ctx.rate / planning.fluid_rate(ctx.requests, replica)
     start = math.ceil(busy + planning.FLUID_GUESS_BETA * math.sqrt(busy))
@@ -494,6 +726,44 @@ def _simulate(task) -> dict:
             "below_verdict": fleet.below_verdict, "sizes_simulated": int(len(table))}
 
 
+def _simulate_pools(cfg: DisaggConfig, ctx: _Context) -> dict:
+    """A disaggregated configuration's smallest pools (:func:`servingcap.disagg.
+    smallest_pools`, replications serial), as :func:`_simulate`'s row plus each pool's
+    sizes: ``pool_replicas`` (the answer), ``pool_low`` (smallest not shown to miss,
+    each pool with the other at its answer) and ``pool_floor`` (lowest still possible:
+    one fewer when the size below misses -- within the indifference zone it may meet --,
+    the fluid bound when it is open, the answer when it is under the fluid bound)."""
+    prefill, decode, _ = _pools(cfg, ctx)
+    try:
+        pools = disagg.smallest_pools(
+            ctx.requests, prefill, decode, ctx.rate, **_link(cfg, ctx), router=ctx.router,
+            policy=ctx.policy, limits=ctx.limits, target=ctx.target, seed=ctx.seed,
+            confidence=ctx.confidence, budget=ctx.budget, delta=ctx.delta, holds=ctx.holds,
+            min_requests=ctx.min_requests, max_replicas=ctx.max_replicas)
+    except ValueError as exc:
+        return {"status": "failed", "reason": str(exc)}
+    row = pools.row()
+    sizes = [pools.prefill_replicas, pools.decode_replicas]
+    floors = [pools.prefill_fluid_min, pools.decode_fluid_min]
+    below = [pools.prefill_below, pools.decode_below]
+    low = [n - 1 if b == "open" else n for n, b in zip(sizes, below, strict=True)]
+    lowest = [n if b == "fluid bound" else (n - 1 if b == "misses" else f)
+              for n, b, f in zip(sizes, below, floors, strict=True)]
+    return {"status": "ranked", "reason": "", "replicas": int(sum(sizes)),
+            "prefill_replicas": int(sizes[0]), "decode_replicas": int(sizes[1]),
+            "replicas_low": int(sum(low)), "pool_replicas": sizes, "pool_low": low,
+            "pool_floor": lowest,
+            "attainment": float(row["attainment"]),
+            "attainment_low": float(row["attainment_low"]),
+            "attainment_high": float(row["attainment_high"]),
+            "ttft_p99_s": float(row["ttft_p99_s"]), "ttft_p99_low": float(row["ttft_p99_low"]),
+            "ttft_p99_high": float(row["ttft_p99_high"]), "tpot_p99_s": float(row["tpot_p99_s"]),
+            "goodput_rps": ctx.rate * float(row["attainment"]),
+            "replications": int(row["replications"]),
+            "below_verdict": f"P-1 {below[0]}, D-1 {below[1]}",
+            "sizes_simulated": int(len(pools.evaluations))}
+
+
 # --------------------------------------------------------------------------- cache
 
 
@@ -510,9 +780,13 @@ def _workload_key(requests) -> object:
     return {"table": digest.hexdigest()}
 
 
-def _cache_key(cfg: Config, ctx: _Context) -> str:
-    payload = {"format": _CACHE_FORMAT, "version": __version__, "config": asdict(cfg),
-               **{k: v for k, v in asdict(ctx).items() if k != "requests"},
+def _cache_key(cfg: Config | DisaggConfig, ctx: _Context) -> str:
+    config = asdict(cfg)
+    if isinstance(cfg, DisaggConfig):
+        config.update(design=cfg.design, link=_link(cfg, ctx))
+    payload = {"format": _CACHE_FORMAT, "version": __version__, "config": config,
+               **{k: v for k, v in asdict(ctx).items()
+                  if k not in ("requests", "kv_link_gb_per_s")},
                "requests": _workload_key(ctx.requests)}
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -632,8 +906,8 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
     if ranked.empty:
         return "No configuration meets the SLO at this rate (see the refused, pruned and failed rows)."
     best = ranked.iloc[0]
-    head = (f"Cheapest: {best['label']}, {int(best['replicas'])} + {int(best['spares'])} "
-            f"spare replicas = {int(best['gpus'])} GPUs, {_money(best['usd_per_hour'])}/h, "
+    head = (f"Cheapest: {best['label']}, {_fleet_words(best)} = {int(best['gpus'])} GPUs, "
+            f"{_money(best['usd_per_hour'])}/h, "
             f"{_money(best['usd_per_mtok'])} per million good output tokens "
             f"({_money(best['usd_per_mtok_low'])}-{_money(best['usd_per_mtok_high'])})")
     if len(ranked) == 1:
@@ -668,10 +942,26 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
     return "; ".join(parts) + "."
 
 
+def _disaggregated(row) -> bool:
+    return row.get("design", "colocated") == "disaggregated"
+
+
+def _fleet_words(row) -> str:
+    """``"15 + 1 spare replicas"``, or for a disaggregated row ``"3 prefill + 5 decode
+    + 2 spare replicas"``."""
+    if _disaggregated(row):
+        return (f"{int(row['prefill_replicas'])} prefill + {int(row['decode_replicas'])} "
+                f"decode + {int(row['spares'])} spare replicas")
+    return f"{int(row['replicas'])} + {int(row['spares'])} spare replicas"
+
+
 def _spare_decides(best, rows: pd.DataFrame) -> str:
     """Labels of ``rows`` that cost less than ``best`` per good token without the spare
-    replicas (same attainment, ``replicas`` x ``tp`` GPUs only)."""
+    replicas (same attainment, the GPUs of the replicas that serve only)."""
     def bare(r):
+        if _disaggregated(r):        # one spare per pool in each: prefill_tp + tp GPUs
+            spare = float(r["spares"]) / 2 * (float(r["prefill_tp"]) + float(r["tp"]))
+            return float(r["usd_per_mtok"]) * (1 - spare / float(r["gpus"]))
         n = float(r["replicas"])
         return float(r["usd_per_mtok"]) * n / (n + float(r["spares"]))
     if float(best["spares"]) == 0:
@@ -730,14 +1020,21 @@ class SearchResult:
                 "simulated": self.simulated, "from_cache": self.from_cache}
 
 
-def _cost_row(out: dict, cfg: Config, ctx: _Context, price: float, mean_out: float) -> dict:
-    per = cfg.tp * price
-    n, lo = out["replicas"], out["replicas_low"]
-    gpus = (n + ctx.spares) * cfg.tp
+def _cost_row(out: dict, cfg: Config | DisaggConfig, ctx: _Context, price: float,
+              mean_out: float) -> dict:
+    def gpus_of(key: str) -> int:     # pool sizes: disaggregated pool_*, colocated replicas*
+        counts = out[f"pool_{key}"] if f"pool_{key}" in out else [
+            out["replicas" if key == "replicas" else f"replicas_{key}"]]
+        return _gpus(counts, cfg, ctx.spares)
+
+    def hour_of(key: str) -> float:   # US dollars per hour of those sizes
+        return gpus_of(key) * price
+
+    gpus = gpus_of("replicas")
     hour = gpus * price
     att, att_lo, att_hi = out["attainment"], out["attainment_low"], out["attainment_high"]
-    floor_hour = (out["replicas_floor"] + ctx.spares) * per
-    return {"gpus": gpus, "usd_per_hour": hour, "usd_per_hour_low": (lo + ctx.spares) * per,
+    floor_hour = hour_of("floor")
+    return {"gpus": gpus, "usd_per_hour": hour, "usd_per_hour_low": hour_of("low"),
             "usd_per_mtok": usd_per_mtok(hour, ctx.rate, att, mean_out),
             "usd_per_mtok_low": usd_per_mtok(hour, ctx.rate, att_hi, mean_out),
             "usd_per_mtok_high": usd_per_mtok(hour, ctx.rate, att_lo, mean_out),
@@ -763,7 +1060,8 @@ def _run(items: list, executor, done: Callable) -> None:
 
 
 def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DTYPES,
-           modes=("mixed",), budgets=(2048,), max_batches=(32,), prices=None,
+           modes=("mixed",), budgets=(2048,), max_batches=(32,),
+           designs=("colocated",), kv_link_gb_per_s: float | None = None, prices=None,
            price_overrides: Mapping | None = None, limits=None, target: float = 0.99,
            router: str = DEFAULT_ROUTER, policy: str = "fcfs", spares: int = 1, seed=0,
            confidence: float = 0.95, budget: int = 16, delta: float = stats.INDIFFERENCE,
@@ -789,6 +1087,16 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
     tps, dtypes, modes, budgets, max_batches
         The grid (:func:`grid`): tensor-parallel degrees, ``bf16``/``fp8``, scheduling
         modes, token budgets (tokens per step), batch slots.
+    designs : list of str
+        :data:`DESIGNS` to search (default colocated only): with ``"disaggregated"`` the
+        grid adds a :class:`DisaggConfig` for each GPU, dtype, prefill and decode degree
+        (both from ``tps``), prefill batch cap (from ``budgets``) and decode slots (from
+        ``max_batches``), sized by :func:`servingcap.disagg.smallest_pools` (a heuristic
+        coordinate search over the two pools, each decided as a colocated size is) and
+        priced for both pools' GPUs with ``spares`` in each pool.
+    kv_link_gb_per_s : float, optional
+        Prefill-to-decode KV link of the disaggregated designs (GB/s); default: from
+        ``data/gpus.csv`` (:func:`kv_link_gb_per_s`).
     prices, price_overrides
         The price table (:func:`resolve_prices`: a table, a CSV path or None for
         ``data/gpu_prices.csv``) and per-GPU overrides, US dollars per GPU-hour.
@@ -836,7 +1144,9 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
         raise ValueError(f"gpus: no price for {', '.join(unpriced)} (add it to the prices "
                          "file or override it, or leave the GPU out)")
     configs = grid(names, tps=tps, dtypes=dtypes, modes=modes, budgets=budgets,
-                   max_batches=max_batches)
+                   max_batches=max_batches, designs=designs)
+    link = None if kv_link_gb_per_s is None else _check.positive("kv_link_gb_per_s",
+                                                                 kv_link_gb_per_s)
     if not configs:
         raise ValueError(f"the grid is empty: dtypes={list(dtypes)!r} on gpus={names!r} "
                          "leaves no configuration (fp8 needs a GPU with fp8 tensor cores)")
@@ -855,7 +1165,8 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
                    bandwidth_efficiency=_fraction("bandwidth_efficiency",
                                                   bandwidth_efficiency, least=MIN_EFFICIENCY),
                    gpu_memory_utilization=_fraction("gpu_memory_utilization",
-                                                             gpu_memory_utilization))
+                                                             gpu_memory_utilization),
+                   kv_link_gb_per_s=link)
     planning._design(ctx.confidence, ctx.budget, ctx.holds, ctx.min_requests, ctx.seed,
                      None, ctx.delta)
     _, mean_out = _mean_tokens(requests)
@@ -871,25 +1182,14 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
     candidates: list[int] = []
     for cfg in configs:
         price = price_of[cfg.gpu]
-        row = {"label": cfg.label, **asdict(cfg), "status": "", "reason": "",
-               "spares": ctx.spares, "usd_per_gpu_hour": price, "cached": False}
+        row = {"label": cfg.label, **cfg.fields(), "status": "", "reason": "",
+               "spares": ctx.spares * len(cfg.tps), "usd_per_gpu_hour": price,
+               "cached": False}
         try:
-            replica, kv = _replica(cfg, ctx)
-            row["kv_capacity_tokens"] = kv
-            found = planning.infeasible(requests, replica, ctx.limits, ctx.target)
-            if found is not None:
-                raise ValueError(f"no fleet can meet the target {ctx.target:g}: {found[1]}")
-            ratio = lam / planning.fluid_rate(requests, replica)
-            if not ratio < ctx.max_replicas:
-                raise ValueError(f"the fluid bound needs more than max_replicas="
-                                 f"{ctx.max_replicas} replicas ({ratio:.4g} busy)")
-            fluid_min = math.floor(ratio) + 1
-            row["fluid_min"] = fluid_min
-            row["min_usd_per_mtok"] = usd_per_mtok((fluid_min + ctx.spares) * cfg.tp * price,
-                                                   lam, 1.0, mean_out)
-            if fluid_min > ctx.max_replicas:
-                raise ValueError(f"the fluid bound needs {fluid_min:,} replicas, more than "
-                                 f"max_replicas={ctx.max_replicas}")
+            bound = _bound(cfg, ctx)
+            gpus_min = bound.pop("fluid_gpus")
+            row.update(bound)
+            row["min_usd_per_mtok"] = usd_per_mtok(gpus_min * price, lam, 1.0, mean_out)
             candidates.append(len(rows))
         except ValueError as exc:
             row.update(status="refused", reason=str(exc))
@@ -905,7 +1205,8 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
         nonlocal best_high, best_label
         cfg = configs[i]
         row = rows[i]
-        row.update({k: v for k, v in out.items() if k != "replicas_floor"})
+        row.update({k: v for k, v in out.items()
+                    if k != "replicas_floor" and not k.startswith("pool_")})
         row["cached"] = cached
         if out["status"] == "ranked":
             row.update(_cost_row(out, cfg, ctx, price_of[cfg.gpu], mean_out))
@@ -926,7 +1227,7 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
             if prune and rows[i]["min_usd_per_mtok"] > best_high:
                 rows[i].update(status="pruned", reason=(
                     f"pruned: fluid bound costs more than {_money(best_high)} per million "
-                    f"good tokens ({rows[i]['fluid_min']} + {ctx.spares} replicas at "
+                    f"good tokens ({rows[i]['fluid_min']} + {rows[i]['spares']} replicas at "
                     f"attainment 1: {_money(rows[i]['min_usd_per_mtok'])}; best so far "
                     f"{best_label})"))
                 if progress is not None:

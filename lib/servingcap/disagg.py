@@ -36,11 +36,17 @@ import pandas as pd
 
 from . import _check
 from .routers import DEFAULT_ROUTER
-from .serving import OUTCOMES, Replica, StepDetail, detailed, simulate
+from .serving import OUTCOMES, Replica, StepDetail, simulate
 
-__all__ = ["kv_bytes_per_token", "kv_transfer_s", "decode_pool_replica",
+__all__ = ["kv_bytes_per_token", "kv_transfer_s", "decode_pool_replica", "smallest_pools",
+           "PoolsResult", "pool_fluid_bounds",
            "simulate_disaggregated"]
 
+
+MAX_TRANSFER_S = 1e6
+"""Longest KV transfer :func:`simulate_disaggregated` accepts (s, about 11 days): a
+longer one is a typo in the link's numbers, and at clock readings far past it a step's
+duration would be lost in the floating-point time (the run would never end)."""
 
 MAX_POOL_REPLICAS = 10**6
 """Largest pool :func:`simulate_disaggregated` accepts: far past any fleet (the engine
@@ -96,6 +102,53 @@ def kv_transfer_s(prompt_tokens, kv_bytes_per_token: float, link_bytes_per_s: fl
     return float(seconds[0]) if scalar else seconds
 
 
+class _DecodePoolStep:
+    """Step cost of a decode pool: ``replica``'s cost of the pure decode step
+    (:func:`decode_pool_replica`). A class, so pools and Dask can pickle it."""
+
+    wants_detail = True
+
+    def __init__(self, replica: Replica):
+        self.replica = replica
+
+    def __call__(self, detail: StepDetail) -> float:
+        context = 1 + np.concatenate([detail.decode_context,
+                                      detail.prefill_cached + detail.prefill_chunks])
+        pure_decode = StepDetail(prefill_chunks=np.zeros(0, dtype=np.int64),
+                                 prefill_cached=np.zeros(0, dtype=np.int64),
+                                 decode_context=context)
+        return self.replica.cost(pure_decode)
+
+
+class _BoundedDecodePoolStep(_DecodePoolStep):
+    """A decode-pool step whose model states its own fluid bound (the base replica's
+    built-in cost, or a ``step_time`` with ``fluid_work_s`` such as the roofline)."""
+
+    def fluid_work_s(self, prompt_tokens, output_tokens, max_batch: int,
+                     uncached_tokens=None) -> float:
+        """Lower bound on the decode pool's time per request (s), read by
+        :func:`servingcap.planning.fluid_rate`.
+
+        A decode-pool request (``output_tokens`` = the request's output minus the one
+        the prefill pool emitted) runs ``output_tokens`` pure decode steps of the base
+        model, the newcomer's first included, at contexts of at least its prompt, with
+        nothing to prefill. That is the base model's bound for a request of
+        ``output_tokens + 1`` tokens (``D = N - 1`` decodes) and no uncached prompt:
+        :meth:`servingcap.roofline.Roofline.fluid_work_s` (linear ops: ``D`` tokens'
+        compute, ``D / B`` weight reads; decode attention over at least the prompt), or
+        :meth:`servingcap.serving.Replica.full_batch_work_s` of an empty prompt for the
+        built-in cost. ``uncached_tokens`` is ignored: nothing is prefilled here.
+        """
+        with _check.naming("output_tokens"):
+            n = np.asarray(output_tokens, dtype=float).ravel() + 1.0
+        base = self.replica
+        if base.step_time is None:
+            return float(np.mean(base.full_batch_work_s(np.zeros_like(n), n)))
+        with _check.naming("prompt_tokens"):
+            p = np.asarray(prompt_tokens, dtype=float).ravel()
+        return float(base.step_time.fluid_work_s(p, n, max_batch, np.zeros_like(p)))
+
+
 def decode_pool_replica(replica: Replica) -> Replica:
     """The decode-pool version of ``replica``: prompts arrive already in the KV cache.
 
@@ -107,19 +160,18 @@ def decode_pool_replica(replica: Replica) -> Replica:
     pool has emitted since (the decode pool's own run counts from zero, hence the +1).
     Chunking and the prefix cache are switched off (there is no prefill left to chunk
     or reuse), and the pool runs ``mode="combined"`` (every step is a decode step).
+
+    When ``replica``'s cost states a fluid bound (the built-in cost, or a ``step_time``
+    with ``fluid_work_s`` such as :class:`servingcap.roofline.Roofline`), the decode
+    pool's step states one too (``fluid_work_s``: the base bound of the decode steps
+    alone), so :func:`servingcap.planning.fluid_rate` of the decode pool is a proven
+    upper bound rather than an estimate.
     """
     if not isinstance(replica, Replica):
         raise ValueError(f"replica must be a servingcap.serving.Replica, got {replica!r}")
-
-    @detailed
-    def step_time(detail: StepDetail) -> float:
-        context = 1 + np.concatenate([detail.decode_context,
-                                      detail.prefill_cached + detail.prefill_chunks])
-        pure_decode = StepDetail(prefill_chunks=np.zeros(0, dtype=np.int64),
-                                 prefill_cached=np.zeros(0, dtype=np.int64),
-                                 decode_context=context)
-        return replica.cost(pure_decode)
-
+    bounded = replica.step_time is None or callable(
+        getattr(replica.step_time, "fluid_work_s", None))
+    step_time = (_BoundedDecodePoolStep if bounded else _DecodePoolStep)(replica)
     return dataclasses.replace(replica, step_time=step_time, chunk_tokens=None,
                                prefix_cache_blocks=0, mode="combined", max_batched_tokens=None)
 
@@ -201,6 +253,11 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
     transfer = np.full(len(requests), np.nan)
     transfer[moves] = kv_transfer_s(pre["prompt_tokens"].to_numpy(dtype=float)[moves],
                                     kv_bytes_per_token, link_bytes_per_s, link_latency_s)
+    if moves.any() and not float(transfer[moves].max()) <= MAX_TRANSFER_S:
+        raise ValueError(
+            f"a KV transfer takes {float(transfer[moves].max()):.3g} s, more than "
+            f"{MAX_TRANSFER_S:.0e} s: check kv_bytes_per_token={kv_bytes_per_token!r}, "
+            f"link_bytes_per_s={link_bytes_per_s!r} and link_latency_s={link_latency_s!r}")
     decode_arrival = pre["first_token_s"].to_numpy() + transfer
 
     # 3. decode pool: the remaining output_tokens - 1 tokens, prompt already cached
@@ -248,3 +305,235 @@ def simulate_disaggregated(requests: pd.DataFrame, prefill_replica: Replica | No
         "transfer_s": transfer,
         "decode_arrival_s": decode_arrival,
     }, index=requests.index)
+
+
+# --------------------------------------------------------------------------- two-pool sizing
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolsResult:
+    """The smallest disaggregated fleet found by :func:`smallest_pools`."""
+
+    prefill_replicas: int
+    """Prefill-pool replicas of the answer (shown to meet with ``decode_replicas``)."""
+    decode_replicas: int
+    """Decode-pool replicas of the answer."""
+    prefill_fluid_min: int
+    """Fewest prefill replicas whose fluid bound exceeds the rate (never simulated below)."""
+    decode_fluid_min: int
+    """Fewest decode replicas whose fluid bound exceeds the decode pool's rate."""
+    prefill_below: str
+    """Verdict of one prefill replica fewer (decode pool as answered): ``misses``,
+    ``open`` or ``fluid bound`` (below the prefill pool's fluid bound, not simulated)."""
+    decode_below: str
+    """Verdict of one decode replica fewer (prefill pool as answered), as above."""
+    evaluations: pd.DataFrame = dataclasses.field(repr=False)
+    """One row per simulated ``(prefill_replicas, decode_replicas)``, in the order tried:
+    :func:`servingcap.fleet.replicated_attainment`'s columns plus ``ttft_miss`` (share of
+    all simulated requests, warm-up included, without a first token or over the TTFT
+    limit: the prefill pool's misses) and ``other_miss`` (with a first token but not
+    finished, or over another limit: the decode pool's), which steer the search."""
+
+    def row(self) -> pd.Series:
+        """The answer's evaluation."""
+        t = self.evaluations
+        hit = t[(t["prefill_replicas"] == self.prefill_replicas)
+                & (t["decode_replicas"] == self.decode_replicas)]
+        return hit.iloc[-1]
+
+
+def _pool_run(task) -> pd.DataFrame:
+    """One replication of a disaggregated fleet (module level, so pools can run it)."""
+    source, frame_seed, router_seed, n, rate, pre, dec, n_pre, n_dec, link, router, \
+        policy = task
+    frame = source.sample(rate, n, frame_seed)
+    out = simulate_disaggregated(frame, pre, dec, prefill_replicas=n_pre,
+                                 decode_replicas=n_dec, router=router, policy=policy,
+                                 seed=router_seed, **link)
+    return out[["arrival_s", "ttft_s", "tpot_s", "max_gap_s", "e2e_s", "outcome"]]
+
+
+def _busy(ref: pd.DataFrame, prefill_replica: Replica, decode_replica: Replica,
+          rate: float) -> tuple[float, float]:
+    from . import planning
+
+    more = ref["output_tokens"].to_numpy() > 1
+    stages = ((prefill_replica, ref.assign(output_tokens=1), rate),
+              (decode_pool_replica(decode_replica),
+               ref.loc[more].assign(output_tokens=ref.loc[more, "output_tokens"] - 1),
+               rate * float(more.mean())))
+    with _check.overflow(f"rate={rate!r} req/s over a pool's fluid bound"):
+        return tuple(0.0 if frame.empty else float(lam / planning._fluid(frame, pool, 1))
+                     for pool, frame, lam in stages)
+
+
+def pool_fluid_bounds(requests, prefill_replica: Replica, decode_replica: Replica,
+                      rate: float) -> tuple[float, float]:
+    """Busy replicas of each pool at ``rate`` (req/s) by the fluid bound: ``(rate /
+    fluid_rate(prefill pool), rate' / fluid_rate(decode pool))``.
+
+    The prefill pool carries every request with one output token; the decode pool
+    (:func:`decode_pool_replica`) the rest of each output, at the rate ``rate'`` of the
+    requests with more than one token (0.0 when there are none). Each is a proven
+    bound for the roofline and the built-in cost (:func:`servingcap.planning.
+    fluid_rate`): no pool of ``floor(busy)`` replicas or fewer carries the rate.
+    ``requests`` is a request table or a :class:`servingcap.planning.PoissonWorkload`.
+    """
+    from . import planning
+
+    for name, value in (("prefill_replica", prefill_replica), ("decode_replica", decode_replica)):
+        if not isinstance(value, Replica):
+            raise ValueError(f"{name} must be a servingcap.serving.Replica, got {value!r}")
+    _, ref = planning._source(requests)
+    return _busy(ref, prefill_replica, decode_replica, _check.positive("rate", rate))
+
+
+def smallest_pools(requests, prefill_replica: Replica, decode_replica: Replica, rate: float,
+                   *, kv_bytes_per_token: float = 0.0, link_bytes_per_s: float = math.inf,
+                   link_latency_s: float = 0.0, router: str = DEFAULT_ROUTER,
+                   policy: str = "fcfs", limits=None, target: float = 0.99, seed=0,
+                   confidence: float = 0.95, budget: int = 16, delta: float = 0.0025,
+                   holds: float = 20.0, min_requests: int = 2000,
+                   max_replicas: int = 4096) -> PoolsResult:
+    """The smallest prefill and decode pools found to meet the SLO at ``rate``.
+
+    A **heuristic coordinate search** over the two pool sizes (the fewest GPUs is not
+    guaranteed: the pools trade off only through the SLO, and sizes not on the search's
+    path are never simulated):
+
+    1. Each pool starts at its fluid bound's guess, ``ceil(a + 0.14 sqrt(a))`` for
+       ``a = rate / fluid_rate`` (:data:`servingcap.planning.FLUID_GUESS_BETA`, as
+       :func:`servingcap.planning.plan` starts): the prefill pool on the requests with
+       one output token each, the decode pool (:func:`decode_pool_replica`, whose bound
+       is proven for the roofline and the built-in cost) on the rest of each output at
+       the rate of requests with more than one token. Sizes below either pool's fluid
+       bound are overloaded: never simulated, and counted as misses.
+    2. **Grow** until a size is shown to meet: the pool whose limit is missed more often
+       gets one more replica -- TTFT misses (and requests never given a first token)
+       are the prefill pool's (TTFT ends there), misses of every other limit (TPOT, the
+       worst gap, end-to-end) and requests stopped after their first token the decode
+       pool's; when both miss, the larger share of requests decides. A size that is
+       ``open`` is grown the same way (it is not a miss, but not shown to meet either).
+    3. **Shrink**: try one prefill replica fewer, then one decode replica fewer; move to
+       the first that is shown to meet and repeat, until neither is. The answer's two
+       neighbours below are then each ``misses``, ``open`` or under the fluid bound
+       (``prefill_below``, ``decode_below``).
+
+    Each size is decided as :func:`servingcap.planning.evaluate` decides one: replications
+    of ``holds`` hold times of ``decode_replica`` (at least ``min_requests`` requests)
+    on common random numbers across sizes, in looks of ``min(10, budget)`` then
+    doubling up to ``budget``, each look judged by
+    :func:`servingcap.fleet.replicated_attainment` (warm-up cut, Student-t interval,
+    ``meets`` / ``misses`` / ``open`` with the indifference zone ``delta``, ``unstable``
+    counted as not meeting). Replications run serially (the caller parallelizes over
+    configurations).
+
+    Parameters as :func:`simulate_disaggregated` (the pools' replicas and the link) and
+    :func:`servingcap.planning.smallest_fleet` (``limits`` ... ``max_replicas``, which
+    caps each pool). Raises ValueError when either pool's fluid bound needs more than
+    ``max_replicas``, when no request meets at the first sizes tried (something more
+    replicas cannot fix), or when no size up to ``max_replicas`` is shown to meet.
+    """
+    from . import fleet, planning, stats
+
+    for name, value in (("prefill_replica", prefill_replica), ("decode_replica", decode_replica)):
+        if not isinstance(value, Replica):
+            raise ValueError(f"{name} must be a servingcap.serving.Replica, got {value!r}")
+    link = {"kv_bytes_per_token": kv_bytes_per_token, "link_bytes_per_s": link_bytes_per_s,
+            "link_latency_s": link_latency_s}
+    kv_transfer_s(0, **link)                                     # validates the link
+    lam = _check.positive("rate", rate)
+    cap = _check.whole("max_replicas", max_replicas)
+    design = planning._design(confidence, budget, holds, min_requests, seed, None, delta)
+    setup = planning._setup(requests, decode_replica, router, policy, limits, target, design)
+    lim = setup.limits
+    source, ref = setup.source, setup.ref
+    starts, floors = [], []
+    for name, busy in zip(("prefill", "decode"),
+                          _busy(ref, prefill_replica, decode_replica, lam), strict=True):
+        if not busy < cap:
+            raise ValueError(f"rate={lam:.4g} req/s keeps {busy:.4g} {name} replicas busy by "
+                             f"the fluid bound, more than max_replicas={cap}")
+        floors.append(math.floor(busy) + 1)
+        starts.append(max(floors[-1], min(cap, math.ceil(
+            busy + planning.FLUID_GUESS_BETA * math.sqrt(busy)))))
+    n = planning._run_length(setup, lam)
+    available = design.budget
+    if isinstance(source, planning._Replay):
+        available = min(available, source.blocks(n))
+        n = min(n, len(source.frame))
+    seeds = stats.replication_seeds(design.seed, design.budget)
+    first = design.first(available)
+    looks = stats.look_schedule(first, available) if first >= 2 else [available]
+    rows: list[dict] = []
+    seen: dict[tuple[int, int], dict] = {}
+
+    def evaluate(n_pre: int, n_dec: int) -> dict:
+        if n_pre < floors[0] or n_dec < floors[1]:
+            return {"verdict": "fluid bound"}
+        if (n_pre, n_dec) in seen:
+            return seen[n_pre, n_dec]
+        runs: list[pd.DataFrame] = []
+        for want in looks:
+            for i in range(len(runs), want):
+                frame_seed = i if isinstance(source, planning._Replay) else seeds[i]
+                router_seed = int(np.random.SeedSequence(
+                    seeds[i].entropy, spawn_key=(*seeds[i].spawn_key, 3)).generate_state(1)[0])
+                runs.append(_pool_run((source, frame_seed, router_seed, n, lam,
+                                       prefill_replica, decode_replica, n_pre, n_dec, link,
+                                       router, policy)))
+            out = fleet.replicated_attainment(runs, lim, setup.target, design.confidence,
+                                              delta=design.delta, first=first,
+                                              cap=available)
+            if out["verdict"] != "open":
+                break
+        everything = pd.concat(runs, ignore_index=True)
+        ttft = everything["ttft_s"].to_numpy(dtype=float)
+        emitted = ~np.isnan(ttft)                # the prefill pool gave a first token
+        late = ~emitted | (ttft > lim.get("ttft_s", np.inf))
+        other = emitted & (everything["outcome"] != "done").to_numpy()
+        for column, limit in lim.items():
+            if column != "ttft_s":
+                other |= everything[column].to_numpy(dtype=float) > limit
+        row = {"prefill_replicas": n_pre, "decode_replicas": n_dec, **out,
+               "ttft_miss": float(late.mean()), "other_miss": float(other.mean())}
+        rows.append(row)
+        seen[n_pre, n_dec] = row
+        return row
+
+    size = list(starts)
+    if evaluate(*size)["attainment_high"] == 0:
+        raise ValueError(
+            f"no request met the limits with prefill_replicas={size[0]} and decode_replicas="
+            f"{size[1]}, at or above both fluid bounds, in any replication: more replicas "
+            "will not help (a prompt longer than prefill_replica's token cap in "
+            "prefill_first mode, for one, is rejected)")
+    while evaluate(*size)["verdict"] != "meets":
+        row = seen[tuple(size)]
+        grow = 0 if row["ttft_miss"] >= row["other_miss"] else 1
+        if size[grow] >= cap:
+            grow = 1 - grow
+        if size[grow] >= cap:
+            raise ValueError(f"max_replicas={cap} replicas per pool still do not meet the "
+                             f"target {setup.target!r} at {lam:.4g} req/s ({row['verdict']}, "
+                             f"attainment {row['attainment']:.4g})")
+        size[grow] += 1
+    while True:
+        for pool in (0, 1):
+            fewer = list(size)
+            fewer[pool] -= 1
+            if evaluate(*fewer)["verdict"] == "meets":
+                size = fewer
+                break
+        else:
+            break
+    below = []
+    for pool in (0, 1):
+        fewer = list(size)
+        fewer[pool] -= 1
+        said = evaluate(*fewer)["verdict"]
+        below.append("misses" if said == "unstable" else said)
+    return PoolsResult(prefill_replicas=size[0], decode_replicas=size[1],
+                       prefill_fluid_min=floors[0], decode_fluid_min=floors[1],
+                       prefill_below=below[0], decode_below=below[1],
+                       evaluations=pd.DataFrame(rows))

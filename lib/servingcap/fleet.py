@@ -560,7 +560,8 @@ def smallest_fleet(run: Callable[[int], pd.DataFrame], lo: int, hi: int, *,
 
 
 def replicated_attainment(runs, limits, target: float = 0.99,
-                          confidence: float = 0.95, *, delta: float = 0.0025) -> dict:
+                          confidence: float = 0.95, *, delta: float = 0.0025,
+                          first: int | None = None, cap: int | None = None) -> dict:
     """SLO attainment of independent replications, with its interval and a verdict.
 
     For runs that :mod:`servingcap.planning` cannot make itself (e.g. the two chained
@@ -578,7 +579,10 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     against the share ``1 - target`` allows), else ``meets`` / ``misses`` / ``open``
     from :func:`servingcap.stats.sequential_check` with one look at all the runs given
     (error at most ``1 - confidence`` outside ``target +- delta``; ``open`` is not a
-    miss: add replications).
+    miss: add replications). To add replications in looks fixed in advance, as
+    :func:`servingcap.planning.evaluate` does, pass the schedule's ``first`` and ``cap``
+    (:func:`servingcap.stats.look_schedule`) and call again with the runs of each look:
+    the error bound then holds across all the looks.
 
     Parameters
     ----------
@@ -594,6 +598,9 @@ def replicated_attainment(runs, limits, target: float = 0.99,
     delta : float
         Half-width of the indifference zone around ``target`` (a fraction, default
         0.0025: a quarter of a percentage point).
+    first, cap : int, optional
+        First look and most replications of a sequential schedule (default: one look,
+        ``first = cap = len(runs)``); ``2 <= first <= cap``, ``len(runs) <= cap``.
 
     Returns
     -------
@@ -620,6 +627,11 @@ def replicated_attainment(runs, limits, target: float = 0.99,
         raise ValueError(f"limits must be a non-empty mapping column -> seconds, "
                          f"got {limits!r}")
     lim = {str(k): _check.positive(f"limits[{k!r}]", v) for k, v in limits.items()}
+    n0 = max(len(runs), 2) if first is None else _check.whole("first", first, minimum=2)
+    top = max(len(runs), n0) if cap is None else _check.whole("cap", cap)
+    if top < n0 or len(runs) > top:
+        raise ValueError(f"cap must be >= first={n0} and >= the {len(runs)} runs given, "
+                         f"got cap={cap!r}")
     columns = ("arrival_s", "ttft_s", "tpot_s", "outcome", *lim)
     series = []
     for i, frame in enumerate(runs):
@@ -647,8 +659,7 @@ def replicated_attainment(runs, limits, target: float = 0.99,
                     float(arrival[-1] - arrival[cut]), steady,
                     ttft[cut:], tpot[cut:], ok[cut:]))
     units = [p[0] for p in per]
-    decision = stats.sequential_check(units, goal, cap=max(len(units), 2),
-                                      first=max(len(units), 2), delta=zone,
+    decision = stats.sequential_check(units, goal, cap=top, first=n0, delta=zone,
                                       alpha=1.0 - conf, confidence=conf)
     attain = decision.estimate
     unstable = 2 * sum(not p[3] for p in per) >= len(per)
