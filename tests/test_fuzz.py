@@ -253,6 +253,8 @@ ENTRIES = [
     E("traffic.poisson_like", traffic.poisson_like, trace=REQUESTS, seed=1),
     E("traffic.block_bootstrap", traffic.block_bootstrap, trace=REQUESTS, n=50, seed=1,
       segment_s=5.0),
+    E("traffic.bootstrap_windows", traffic.bootstrap_windows, trace=REQUESTS,
+      replications=2, seed=1, n=50, segment_s=5.0),
     E("traffic.agent_request_rate", traffic.agent_request_rate, task_rate=2.0, calls_per_task=6.0,
       retry_multiplier=1.15),
     E("traffic.retry_multiplier", traffic.retry_multiplier, failure_prob=0.1, max_retries=2),
@@ -813,6 +815,9 @@ ENTRIES = [
       replica=REPLICA, rate=2.0, limits={"ttft_s": 1.0}, target=0.9, spares=1, beta=2.0,
       rtol=0.2, max_replicas=4, **TINY),
     E("stats.warmup_cuts", stats.warmup_cuts, runs=[SERIES, SERIES[::-1].copy()]),
+    E("stats.replicate", stats.replicate, requests=[REQUESTS, REQUESTS.iloc[::-1]],
+      designs=lambda t: t.assign(ttft_s=t["arrival_s"] % 1.0), signal="ttft_s",
+      cut="each"),
 ]
 
 

@@ -540,7 +540,11 @@ def replicate(requests, designs, *, signal: str = "ttft_s", cut: str = "each"):
         for i, table in enumerate(tables):
             label = (f"designs(requests[{i}])" if single
                      else f"designs[{name!r}](requests[{i}])")
-            out = _check.table(label, design(table), ("arrival_s", signal))
+            out = design(table)
+            if isinstance(out, pd.DataFrame) and signal not in out.columns:
+                raise ValueError(f"signal must be a column of {label}'s output, got "
+                                 f"{signal!r}; it has {list(out.columns)}")
+            out = _check.table(label, out, ("arrival_s", signal))
             if len(out) != len(table):
                 raise ValueError(f"{label} must return one row per request "
                                  f"({len(table)}), got {len(out)}")
