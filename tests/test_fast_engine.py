@@ -206,20 +206,21 @@ def test_a_step_log_runs_the_reference(mode):
 
 def test_mixed_chunk_runs_and_their_tails_equal_the_reference_exactly(monkeypatch):
     # mixed mode takes a prompt's chunks, its last chunk and the decode steps that
-    # follow at once (FastEngine._chunk_run, _tail): here arrivals cut them before the
+    # follow (the tail) at once (FastEngine._chunk_run): here arrivals cut them before the
     # last chunk and inside the tail, decodes finish at their end, one-token outputs
     # leave no tail, 8-token chunks make runs long enough to be summed by numpy, an
     # until_s horizon stops them, and routers read work and pending prefill mid-run
     from servingcap import _fast_engine
-    taken = []
-    tail = _fast_engine.FastEngine._tail
+    taken = []                                   # per chunk run: the tail's steps
+    chunk_run = _fast_engine.FastEngine._chunk_run
 
     def counted(self, *args):
-        steps = tail(self, *args)
-        taken.append(steps)
+        steps = chunk_run(self, *args)
+        if steps > 1:
+            taken.append(self.tail)
         return steps
 
-    monkeypatch.setattr(_fast_engine.FastEngine, "_tail", counted)
+    monkeypatch.setattr(_fast_engine.FastEngine, "_chunk_run", counted)
     short = requests(n=250, rate=2.0, seed=13, prompt=(100, 700), outputs=(1, 60))
     frame = requests(n=300, rate=3.0, seed=17, outputs=(1, 120))
     for rows, spec, options in [

@@ -146,7 +146,7 @@ class FastEngine(_Engine):
         self.last_admits = False              # could admit at that chunk's start
         self.run_steps = 0                    # the chunk run's steps
         # mixed mode: the decode steps the prompt's first token leads into, taken with
-        # the chunk run when nothing can join in between (:meth:`_tail`)
+        # the chunk run when nothing can join in between (:meth:`_chunk_run`)
         self.tail = 0                         # how many (0: none)
         self.tail_start = self.tail_s = 0.0   # their start and duration (s)
         self.tail_ok = (self.mixed and not (self.expires or self.evicts or self.user_cost
@@ -451,30 +451,37 @@ class FastEngine(_Engine):
         (an arrival cuts the run before that step, :meth:`cut`) or the batch is full
         and nothing preempts; and with a KV limit, when its emitting step fits in
         memory. Arrivals cut the run (:meth:`cut`); a
-        queue shared with replicas that preempt is never run ahead."""
-        limited, heap = self.limit != math.inf, self.queue.heap
+        queue shared with replicas that preempt is never run ahead.
+
+        In mixed mode without timeouts, memory limit, preemption, prefix cache or
+        ``until_s``, a run that ends with the prompt's first token also takes the
+        *tail*: the reference then plans, at the run's end, pure decode steps of the
+        old decodes and the prompt (nothing is left to prefill, and the queue is
+        empty or the batch full) until the first finish, and so does this run. An
+        arrival cuts the tail as such a decode run (:meth:`cut`). No tail when a
+        decode finishes at the run's end or the prompt wants one token."""
+        limit, heap, mixed = self.limit, self.queue.heap, self.mixed
         if self.evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
         full_batch = len(self.running) >= self.max_batch
-        if heap and not full_batch and (self.expires or not (limited or self.mixed)):
+        if heap and not full_batch and (self.expires or not (limit != math.inf or mixed)):
             return 1
         left = self.s.left[i]
-        n = left // take
-        if left % take == 0:
-            n -= 1                                      # its last chunk emits a token
-        rest = left - n * take                          # the last chunk, 1 to take tokens
+        n, rest = divmod(left, take)
+        if rest == 0:
+            n, rest = n - 1, take                       # its last chunk emits a token
         last = len(self.prefilling) == 1 and not (     # no prompt waits behind it
-            self.mixed and heap and (self.preemptive or not full_batch))
+            mixed and heap and (self.preemptive or not full_batch))
         steps = n + 1 if last else n
+        decoding = len(self.joined)
         finish = 0
-        if self.joined:
-            finish = self._next_finish()
-            if finish - self.ticks < steps:
-                steps = finish - self.ticks
-        if steps <= n:
-            last = False
-        if limited and steps > 1:
-            if last and self._kv(steps, (i,)) > self.limit:
+        if decoding:
+            finish = self._next_finish() - self.ticks   # ticks to the next finish
+            if finish < steps:
+                steps = finish
+                last = False
+        if limit != math.inf and steps > 1:
+            if last and self._kv(steps, (i,)) > limit:
                 last, steps = False, n
             if not last and steps > 1:
                 steps = self._fits_ahead(steps)
@@ -483,10 +490,11 @@ class FastEngine(_Engine):
         full = steps - 1 if last else steps
         # the steps' ends, summed one at a time as the reference does, and the largest
         # step (its inter-token gap); the list itself is built only if asked for
-        end, largest, horizon = now, 0.0, self.s.horizon
+        horizon = self.s.horizon
         if horizon == math.inf:
             end, largest = _summed(now, duration, full)
         else:
+            end, largest = now, 0.0
             for k in range(full):
                 after = end + duration
                 if after > horizon and k:
@@ -496,7 +504,6 @@ class FastEngine(_Engine):
                     largest = after - end
                 end = after
         self.run_full_end, self.run_full_gap = end, largest
-        decoding = len(self.joined)
         if last:
             after = end + (duration if rest == take else self._step_time(decoding, rest))
             if after > horizon:
@@ -509,37 +516,23 @@ class FastEngine(_Engine):
         if n == 1:
             return 1
         self.chunk_run, self.bounds, self.busy_until = True, None, end
-        self.run_gap = largest
-        self.step_work = take + len(self.joined)
-        # the run's last chunk (0: none) and its duration, and whether a request could
-        # be admitted at its start had one arrived (mixed mode, budget left beside it)
+        self.run_gap, self.step_work = largest, take + decoding
+        # the run's last chunk (0: none), and whether a request could be admitted at
+        # its start had one arrived (mixed mode, budget left beside it)
         self.run_last = rest if last else 0
-        self.last_admits = last and self.mixed and rest < take
+        self.last_admits = last and mixed and rest < take
         self.run_steps, self.tail = n, 0
         if last and self.tail_ok and horizon == math.inf:
-            n += self._tail(i, n, end, finish)
+            # the tail: up to i's finish, or the next of the decodes after the run
+            repeat = self.s.output[i] - 1
+            if decoding and finish - n < repeat:
+                repeat = finish - n
+            if repeat >= 1:
+                self.tail, self.tail_start = repeat, end
+                self.tail_s = self._decode_time(decoding + 1)
+                self.busy_until = end + repeat * self.tail_s
+                n += repeat
         return n
-
-    def _tail(self, i: int, steps: int, end: float, finish: int) -> int:
-        """Decode steps that follow a chunk run ending at ``end`` with prompt ``i``'s
-        first token, taken with it (mixed mode without timeouts, memory limit,
-        preemption, prefix cache or ``until_s``): the reference then plans, at
-        ``end``, a run of pure decode steps of the old decodes and ``i`` (no prompt is
-        left to prefill and the queue is empty, or the batch is full), until the first
-        finish; an arrival cuts it as such a run (:meth:`cut`). None when a decode
-        finishes at ``end`` or ``i`` wants one token (``finish``: the tick of the next
-        finish of the decodes, if any)."""
-        decoding = len(self.joined)
-        ticks = self.ticks + (steps if decoding else 0)
-        repeat = self.s.output[i] - 1                 # i's finish, counted from its join
-        if decoding and finish - ticks < repeat:
-            repeat = finish - ticks
-        if repeat < 1:
-            return 0
-        self.tail, self.tail_start = repeat, end
-        self.tail_s = self._decode_time(decoding + 1)
-        self.busy_until = end + repeat * self.tail_s
-        return repeat
 
     def _tail_ended(self, t: float) -> int:
         """Steps of the tail that ended before ``t`` (after its start), as the
