@@ -28,8 +28,13 @@ steps (to the first finish or the last step whose decodes fit in memory), and
 additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a time with
 an unchanging decode batch) when no step of the run could admit or preempt anything
 (see :meth:`FastEngine._chunk_run`): their boundaries are summed one step at a time, as
-the reference does, so every time is the same float. An arrival that could join cuts
-either kind of run at the next step boundary at or after it. A reader's cost model
+the reference does, so every time is the same float. A chunk run also takes the
+prompt's last chunk when nothing could be admitted at its start, and in mixed mode
+(without timeouts, memory limit, preemption or prefix cache) the decode steps that the
+prompt's first token leads into, up to the next finish (its *tail*). An arrival that
+could join cuts either kind of run at the next step boundary at or after it (in mixed
+mode, a chunk run only before a last chunk that leaves budget, or in its tail: a
+full-budget step admits nothing). A reader's cost model
 (``Replica(step_time=...)``) gets the reference's step detail every step, and steps
 are never taken together, as in the reference: there the gain is smaller (about 1.7x
 with DistServe's profile), bounded by the cost model's own time.
