@@ -202,3 +202,35 @@ def test_until_s_equal_the_reference_exactly(monkeypatch, case, mode, router):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_step_log_runs_the_reference(mode):
     assert not usable(Replica(**in_mode({}, mode)), True, np.inf)
+
+
+def test_mixed_chunk_runs_and_their_tails_equal_the_reference_exactly(monkeypatch):
+    # mixed mode takes a prompt's chunks, its last chunk and the decode steps that
+    # follow (the tail) at once (FastEngine._chunk_run): here arrivals cut them before the
+    # last chunk and inside the tail, decodes finish at their end, one-token outputs
+    # leave no tail, 8-token chunks make runs long enough to be summed by numpy, an
+    # until_s horizon stops them, and routers read work and pending prefill mid-run
+    from servingcap import _fast_engine
+    taken = []                                   # per chunk run: the tail's steps
+    chunk_run = _fast_engine.FastEngine._chunk_run
+
+    def counted(self, *args):
+        steps = chunk_run(self, *args)
+        if steps > 1:
+            taken.append(self.tail)
+        return steps
+
+    monkeypatch.setattr(_fast_engine.FastEngine, "_chunk_run", counted)
+    short = requests(n=250, rate=2.0, seed=13, prompt=(100, 700), outputs=(1, 60))
+    frame = requests(n=300, rate=3.0, seed=17, outputs=(1, 120))
+    for rows, spec, options in [
+            (short, {"max_batched_tokens": 40}, {}),                 # 8-token chunks
+            (frame, {}, {"replicas": 3, "router": "oracle_work"}),   # reads work_at
+            (frame, {"max_batch": 4, "max_batched_tokens": 200},
+             {"replicas": 2, "router": "kv_cost"}),                  # pending prefill
+            (frame, {}, {"replicas": 2, "router": "least_requests", "until_s": 40.0})]:
+        taken.clear()
+        fast, reference = fast_and_reference(monkeypatch, rows, Replica(**spec), **options)
+        pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+        if "until_s" not in options:                 # no tail is taken with a horizon
+            assert any(taken) and not all(taken), spec

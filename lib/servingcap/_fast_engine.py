@@ -28,8 +28,13 @@ steps (to the first finish or the last step whose decodes fit in memory), and
 additionally for prefill-chunk steps (a prompt prefilled ``chunk_tokens`` at a time with
 an unchanging decode batch) when no step of the run could admit or preempt anything
 (see :meth:`FastEngine._chunk_run`): their boundaries are summed one step at a time, as
-the reference does, so every time is the same float. An arrival that could join cuts
-either kind of run at the next step boundary at or after it. A reader's cost model
+the reference does, so every time is the same float. A chunk run also takes the
+prompt's last chunk when nothing could be admitted at its start, and in mixed mode
+(without timeouts, memory limit, preemption or prefix cache) the decode steps that the
+prompt's first token leads into, up to the next finish (its *tail*). An arrival that
+could join cuts either kind of run at the next step boundary at or after it (in mixed
+mode, a chunk run only before a last chunk that leaves budget, or in its tail: a
+full-budget step admits nothing). A reader's cost model
 (``Replica(step_time=...)``) gets the reference's step detail every step, and steps
 are never taken together, as in the reference: there the gain is smaller (about 1.7x
 with DistServe's profile), bounded by the cost model's own time.
@@ -61,6 +66,24 @@ def engine(index: int, spec, req, queue, policy: str, shared: Shared) -> FastEng
     ``"prefill_first"``, :class:`FastEngine` otherwise."""
     kind = PrefillFirstEngine if spec.mode == "prefill_first" else FastEngine
     return kind(index, spec, req, queue, policy, shared)
+
+
+def _summed(start: float, duration: float, n: int) -> tuple[float, float]:
+    """``start`` plus ``duration`` added ``n`` times one at a time (the reference's
+    step ends), and the largest difference between consecutive sums (s). Long runs
+    are summed by numpy's ``add.accumulate``, which adds in order as Python does."""
+    if n > 24:
+        ends = np.full(n + 1, duration)
+        ends[0] = start
+        ends = np.add.accumulate(ends)
+        return float(ends[-1]), float((ends[1:] - ends[:-1]).max())
+    end, largest = start, 0.0
+    for _ in range(n):
+        after = end + duration
+        if after - end > largest:
+            largest = after - end
+        end = after
+    return end, largest
 
 
 class Shared:
@@ -96,6 +119,10 @@ class FastEngine(_Engine):
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
         self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
+        # step times by composition, when compositions repeat (a token cap or chunks)
+        self.step_memo: dict | None = (
+            {} if self.decode_cache is not None and (spec.token_cap() != math.inf
+                                                     or spec.chunk_tokens) else None)
         # a user cost model sees each step's detail (and steps never repeat, as in the
         # reference)
         self.user_cost = spec.step_time is not None
@@ -114,8 +141,21 @@ class FastEngine(_Engine):
         # the step (or run of identical steps) in flight; step_decode counts its decodes
         self.step_decode = 0
         self.step_chunks: list[tuple[int, int]] = []
-        self.bounds: list[float] | None = None    # a chunk run's step ends, summed
+        self.chunk_run = False                # the step in flight is a chunk run
+        self.bounds: list[float] | None = None    # its step ends, summed (when asked)
+        self.run_gap: float | None = None     # its largest step (None: recount)
+        self.run_full_end = 0.0               # end of its full-budget steps (s)
+        self.run_full_gap = 0.0               # their largest step (s)
         self.step_work = 0                    # work done by one step of a chunk run
+        self.run_last = 0                     # a chunk run's last chunk (0: not in it)
+        self.last_admits = False              # could admit at that chunk's start
+        self.run_steps = 0                    # the chunk run's steps
+        # mixed mode: the decode steps the prompt's first token leads into, taken with
+        # the chunk run when nothing can join in between (:meth:`_chunk_run`)
+        self.tail = 0                         # how many (0: none)
+        self.tail_start = self.tail_s = 0.0   # their start and duration (s)
+        self.tail_ok = (self.mixed and not (self.expires or self.evicts or self.user_cost
+                                            or spec.prefix_cache_blocks))
 
     # ---- the router's view
     def _step_batch(self) -> int:
@@ -126,9 +166,12 @@ class FastEngine(_Engine):
         ``t`` had been applied one by one."""
         if self.repeat <= 1 or self.busy_until == math.inf:
             return self.work
-        if self.bounds is None:
+        if not self.chunk_run:
             return super().work_at(t)
-        return self.work - bisect.bisect_left(self.bounds, t) * self.step_work
+        if self.tail and t > self.tail_start:          # the chunk run is over
+            done = (self.run_steps - 1) * self.step_work + self.run_last + self.step_decode + 1
+            return self.work - done - self._tail_ended(t) * (self.step_decode + 1)
+        return self.work - bisect.bisect_left(self._run_bounds(), t) * self.step_work
 
     def enqueue(self, i: int) -> None:
         """The reference's, reading Python ints instead of numpy scalars."""
@@ -197,6 +240,8 @@ class FastEngine(_Engine):
     def _room(self) -> int:
         """Tokens of a capped step's budget not yet claimed by admitted work: the
         reference's ``_token_room``."""
+        if not self.prefilling:
+            return self.cap - len(self.joined)
         left = self.s.left
         return self.cap - sum(left[i] for i in self.prefilling) - len(self.joined)
 
@@ -309,6 +354,20 @@ class FastEngine(_Engine):
             cache.append(self.spec.decode_time(len(cache)))
         return cache[batch]
 
+    def _step_time(self, decoding: int, tokens: int) -> float:
+        """The built-in cost of a step of ``decoding`` decodes and ``tokens`` prefill
+        tokens (:meth:`servingcap.serving.Replica.step_s`), remembered by composition
+        when the decode curve is a table or a constant."""
+        memo = self.step_memo
+        if memo is None:
+            return self.spec.step_s(decoding, tokens, self._decode_time(decoding))
+        key = (decoding, tokens)
+        seconds = memo.get(key)
+        if seconds is None:
+            seconds = memo[key] = self.spec.step_s(decoding, tokens,
+                                                   self._decode_time(decoding))
+        return seconds
+
     def _next_finish(self) -> int:
         """Tick of the next decode to finish (stale heap entries dropped first)."""
         finishes, joined, output = self.finishes, self.joined, self.s.output
@@ -344,7 +403,7 @@ class FastEngine(_Engine):
             if self.evicted:
                 tokens = sum(take for _, take in chunks)
         decoding = len(self.joined)
-        self.bounds = None
+        self.chunk_run = False
         if not chunks and not decoding:
             self.busy_until = math.inf
             self.step_chunks, self.step_decode = [], 0
@@ -360,7 +419,7 @@ class FastEngine(_Engine):
                 repeat = self._fits_ahead(repeat)
             self.busy_until = now + repeat * duration
         else:
-            duration = self.spec.step_s(decoding, tokens, self._decode_time(decoding))
+            duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
             if len(chunks) == 1 and budget <= 0 and not self.evicted:  # may repeat
                 repeat = self._chunk_run(now, duration, *chunks[0])
@@ -380,85 +439,199 @@ class FastEngine(_Engine):
 
     def _chunk_run(self, now: float, duration: float, i: int, take: int) -> int:
         """Steps that prefill ``take`` tokens of prompt ``i`` with the same decodes,
-        until its last chunk, the first finish (after which the batch changes) or the
-        last step whose decodes fit in memory. Taken only when no step of the run
-        could admit or preempt: the queue is empty, or the batch is full (with
-        ``preemptive``, the running sequences' policy keys only improve as they
-        decode), or the head of the queue waits for memory, which only fills up
-        during the run (and no timeout can take it meanwhile); in mixed mode the run's
-        chunk fills the budget, so no waiting request can be admitted before its last
-        chunk (and none times out meanwhile, as then the reference would pop it at a
-        boundary). Arrivals cut the run
-        (:meth:`cut`); a queue shared with replicas that preempt is never run ahead."""
-        limited = self.limit != math.inf
+        until its last chunk (included when nothing could be admitted at its start,
+        see below), the first finish (after which the batch changes) or the last step
+        whose decodes fit in memory. Taken only when no step of the run could admit or
+        preempt: the queue is empty, or the batch is full (with ``preemptive``, the
+        running sequences' policy keys only improve as they decode), or the head of
+        the queue waits for memory, which only fills up during the run (and no timeout
+        can take it meanwhile); in mixed mode a full chunk fills the budget, so no
+        waiting request can be admitted before the last chunk (and none times out
+        meanwhile, as then the reference would pop it at a boundary).
+
+        The last chunk (which emits the prompt's first token, and in mixed mode may
+        leave budget for a waiting request) ends the run when no other prompt waits
+        to prefill behind it and, at its start, nothing could be admitted either: in
+        combined mode whenever the run is taken, in mixed mode when the queue is empty
+        (an arrival cuts the run before that step, :meth:`cut`) or the batch is full
+        and nothing preempts; and with a KV limit, when its emitting step fits in
+        memory. Arrivals cut the run (:meth:`cut`); a
+        queue shared with replicas that preempt is never run ahead.
+
+        In mixed mode without timeouts, memory limit, preemption, prefix cache or
+        ``until_s``, a run that ends with the prompt's first token also takes the
+        *tail*: the reference then plans, at the run's end, pure decode steps of the
+        old decodes and the prompt (nothing is left to prefill, and the queue is
+        empty or the batch full) until the first finish, and so does this run. An
+        arrival cuts the tail as such a decode run (:meth:`cut`). No tail when a
+        decode finishes at the run's end or the prompt wants one token."""
+        limit, heap, mixed = self.limit, self.queue.heap, self.mixed
         if self.evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
-        if (self.queue.heap and len(self.running) < self.max_batch
-                and (self.expires or not (limited or self.mixed))):
+        full_batch = len(self.running) >= self.max_batch
+        if heap and not full_batch and (self.expires or not (limit != math.inf or mixed)):
             return 1
-        n = self.s.left[i] // take
-        if self.s.left[i] % take == 0:
-            n -= 1                                      # its last chunk emits a token
-        if self.joined:
-            n = min(n, self._next_finish() - self.ticks)
-        if n > 1 and limited:
-            n = self._fits_ahead(n)
-        if n <= 1:
+        left = self.s.left[i]
+        n, rest = divmod(left, take)
+        if rest == 0:
+            n, rest = n - 1, take                       # its last chunk emits a token
+        last = len(self.prefilling) == 1 and not (     # no prompt waits behind it
+            mixed and heap and (self.preemptive or not full_batch))
+        steps = n + 1 if last else n
+        decoding = len(self.joined)
+        finish = 0
+        if decoding:
+            finish = self._next_finish() - self.ticks   # ticks to the next finish
+            if finish < steps:
+                steps = finish
+                last = False
+        if limit != math.inf and steps > 1:
+            if last and self._kv(steps, (i,)) > limit:
+                last, steps = False, n
+            if not last and steps > 1:
+                steps = self._fits_ahead(steps)
+        if steps <= 1:
             return 1
-        bounds, end, horizon = [], now, self.s.horizon
-        for _ in range(n):
-            end += duration
-            if end > horizon and bounds:
-                break                # until_s: the reference applies the steps before it
-            bounds.append(end)
-        n = len(bounds)
+        full = steps - 1 if last else steps
+        # the steps' ends, summed one at a time as the reference does, and the largest
+        # step (its inter-token gap); the list itself is built only if asked for
+        horizon = self.s.horizon
+        if horizon == math.inf:
+            end, largest = _summed(now, duration, full)
+        else:
+            end, largest = now, 0.0
+            for k in range(full):
+                after = end + duration
+                if after > horizon and k:
+                    full, last = k, False   # until_s: the reference applies those before
+                    break
+                if after - end > largest:
+                    largest = after - end
+                end = after
+        self.run_full_end, self.run_full_gap = end, largest
+        if last:
+            after = end + (duration if rest == take else self._step_time(decoding, rest))
+            if after > horizon:
+                last = False
+            else:
+                if after - end > largest:
+                    largest = after - end
+                end = after
+        n = full + 1 if last else full
         if n == 1:
             return 1
-        self.bounds, self.busy_until = bounds, bounds[-1]
-        self.step_work = take + len(self.joined)
+        self.chunk_run, self.bounds, self.busy_until = True, None, end
+        self.run_gap, self.step_work = largest, take + decoding
+        # the run's last chunk (0: none), and whether a request could be admitted at
+        # its start had one arrived (mixed mode, budget left beside it)
+        self.run_last = rest if last else 0
+        self.last_admits = last and mixed and rest < take
+        self.run_steps, self.tail = n, 0
+        if last and self.tail_ok and horizon == math.inf:
+            # the tail: up to i's finish, or the next of the decodes after the run
+            repeat = self.s.output[i] - 1
+            if decoding and finish - n < repeat:
+                repeat = finish - n
+            if repeat >= 1:
+                self.tail, self.tail_start = repeat, end
+                self.tail_s = self._decode_time(decoding + 1)
+                self.busy_until = end + repeat * self.tail_s
+                n += repeat
         return n
+
+    def _tail_ended(self, t: float) -> int:
+        """Steps of the tail that ended before ``t`` (after its start), as the
+        reference's ``_steps_ended`` counts a decode run's."""
+        return min(max(math.ceil((t - self.tail_start) / self.tail_s) - 1, 0), self.tail)
+
+    def _run_bounds(self) -> list[float]:
+        """The ends of the chunk run's steps (s), summed as :meth:`_chunk_run` did."""
+        if self.bounds is None:
+            bounds, end, duration = [], self.step_start, self.step_duration
+            for _ in range(self.run_steps - 1 if self.run_last else self.run_steps):
+                end += duration
+                bounds.append(end)
+            if self.run_last:
+                bounds.append(self.busy_until)
+            self.bounds = bounds
+        return self.bounds
 
     def cut(self, t: float) -> None:
         """A request that could join arrived at ``t``: end the run at the first step
-        boundary at or after ``t``."""
+        boundary at or after ``t``. In mixed mode without timeouts the full-budget
+        steps of a chunk run admit nothing: only a last chunk that leaves budget is
+        cut (the run then ends before it), and only when ``t`` is at or before its
+        start."""
         if self.repeat <= 1:
             return
-        if self.bounds is None:
+        if not self.chunk_run:
             super().cut(t)
             return
         if self.busy_until == math.inf or (len(self.running) >= self.max_batch
                                            and not self.preemptive):
             return
-        keep = max(1, bisect.bisect_left(self.bounds, t) + 1)
+        if self.mixed and not self.expires:
+            if self.tail:
+                if t > self.tail_start:                 # in the tail: as a decode run
+                    keep = max(1, math.ceil((t - self.tail_start) / self.tail_s))
+                    if keep < self.tail:
+                        self.repeat -= self.tail - keep
+                        self.tail = keep
+                        self.busy_until = self.tail_start + keep * self.tail_s
+                    return
+                self.repeat, self.tail = self.run_steps, 0  # admitted at its start
+                self.busy_until = self.tail_start
+            if self.last_admits and t <= self.run_full_end:
+                self.repeat = self.run_steps = self.run_steps - 1
+                self.busy_until, self.run_gap = self.run_full_end, self.run_full_gap
+                self.run_last, self.last_admits, self.bounds = 0, False, None
+            return
+        bounds = self._run_bounds()
+        keep = max(1, bisect.bisect_left(bounds, t) + 1)
         if keep < self.repeat:
-            del self.bounds[keep:]
-            self.repeat, self.busy_until = keep, self.bounds[-1]
+            del bounds[keep:]
+            self.repeat = self.run_steps = keep
+            self.busy_until = bounds[-1]
+            self.run_last, self.last_admits, self.run_gap = 0, False, None
 
     def finish_step(self) -> None:
         """Apply the step (or run) that ends at ``busy_until``."""
         now, s = self.busy_until, self.s
         repeat, decoding, gaps = self.repeat, self.step_decode, self.gaps
-        if self.bounds is not None:                    # a chunk run
+        if self.chunk_run:                             # a chunk run
+            self.chunk_run = False
+            tail, repeat = self.tail, self.run_steps
+            if tail:
+                now = self.tail_start                  # the chunk run ends there
             if decoding:
-                previous = self.step_start
-                for end in self.bounds:
-                    gaps.append(end - previous)
-                    previous = end
+                # one entry for the run, its largest gap: no sequence joins or leaves
+                # inside a run, so every later max over the log sees all of it
+                largest = self.run_gap
+                if largest is None:                    # cut: the steps kept
+                    previous, largest = self.step_start, 0.0
+                    for end in self.bounds:
+                        if end - previous > largest:
+                            largest = end - previous
+                        previous = end
+                gaps.append(largest)
                 self.ticks += repeat
             (i, take), = self.step_chunks
-            s.left[i] -= take * repeat
-            self.work -= self.step_work * repeat
+            rest = self.run_last
+            full = repeat - 1 if rest else repeat
+            s.left[i] -= take * full
+            self.work -= self.step_work * full
             self.bounds = None
+            if rest:                                   # the last chunk: first token
+                s.left[i] = 0
+                self.work -= rest + decoding
+                del self.prefilling[0]
+                self._first_token(i, now)
+            if tail:                                   # then the decode steps after it
+                self.tail, now = 0, self.busy_until
+                self._decode_run(now, self.tail_start, tail, decoding + 1)
         else:
             if decoding:
-                if repeat > 1:
-                    step = (now - self.step_start) / repeat
-                    gaps.append(max(step, now - (now - step)))
-                    self.work -= (repeat - 1) * decoding
-                else:
-                    gaps.append(now - self.step_start)
-                self.ticks += repeat
-                self.work -= decoding
+                self._decode_run(now, self.step_start, repeat, decoding)
             done = 0
             for i, take in self.step_chunks:
                 self.work -= take
@@ -471,6 +644,19 @@ class FastEngine(_Engine):
             if done:
                 del self.prefilling[:done]
         self._retire(now)
+
+    def _decode_run(self, now: float, start: float, repeat: int, decoding: int) -> None:
+        """Apply ``repeat`` identical steps from ``start`` to ``now`` in which
+        ``decoding`` sequences emit a token: the clock, the work, and the run's
+        inter-token gap with the reference's arithmetic."""
+        if repeat > 1:
+            step = (now - start) / repeat
+            self.gaps.append(max(step, now - (now - step)))
+            self.work -= (repeat - 1) * decoding
+        else:
+            self.gaps.append(now - start)
+        self.ticks += repeat
+        self.work -= decoding
 
     def _retire(self, now: float) -> None:
         """Decoding sequences whose last token the clock has reached are done at ``now``."""
@@ -528,9 +714,9 @@ class FastEngine(_Engine):
     # ---- gateway signals: the reference's (servingcap.routers), on the lazy state
     def _steps_ended(self, t: float) -> int:
         """Steps of the run in flight that ended before ``t`` (not yet applied)."""
-        if self.bounds is None:
+        if not self.chunk_run:
             return super()._steps_ended(t)
-        return bisect.bisect_left(self.bounds, t)
+        return bisect.bisect_left(self._run_bounds(), t)
 
     def kv_tokens(self, t: float) -> int:
         """KV-cache tokens in use at ``t``: prompt plus tokens generated so far."""
@@ -540,16 +726,22 @@ class FastEngine(_Engine):
         for i in self.running:
             j = joined.get(i)
             used += prompt[i] + (generated[i] if j is None else j[0] + ticks)
+        if self.tail and self.chunk_run and t > self.tail_start:
+            decoding = self.step_decode                # the chunk run's, then i's first
+            return (used + self.run_steps * decoding + 1
+                    + self._tail_ended(t) * (decoding + 1))
         return used + self._steps_ended(t) * self.step_decode
 
     def pending_prefill(self, t: float) -> int:
         """Prompt tokens still to prefill at ``t``: what admitted requests have left."""
         left = self.s.left
         pending = sum(left[i] for i in self.running)
-        if self.bounds is not None:
+        if self.chunk_run:
+            if self.tail and t > self.tail_start:      # the prompt is prefilled
+                return pending - left[self.step_chunks[0][0]]
             # each step of a chunk run prefills the run's chunk (step_work less decodes)
             take = self.step_work - self.step_decode
-            pending -= bisect.bisect_left(self.bounds, t) * take
+            pending -= bisect.bisect_left(self._run_bounds(), t) * take
         return pending
 
     def queued_tokens(self) -> int:
@@ -626,7 +818,7 @@ class PrefillFirstEngine(FastEngine):
                 fallback = True              # memory preempted every prompt: decode
             elif self.evicted:
                 tokens = sum(take for _, take in chunks)
-        self.bounds, repeat = None, 1
+        self.chunk_run, repeat = False, 1
         if chunks:
             decoding = 0
             duration = (self._user_cost(chunks, decodes=False) if self.user_cost
