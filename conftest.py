@@ -34,13 +34,25 @@ def pytest_ignore_collect(collection_path, config):
 # except in the files in SPREAD, whose tests each run a whole chapter or a README
 # command for up to a minute (together about 7 minutes): each of those is a scope of
 # its own, so xdist spreads them one by one instead of queueing them behind one worker.
+# Work is handed out in collection order, longest first: those re-runs, then the
+# notebooks, then the unit test files, whose many short tests even out the end.
 SPREAD = frozenset({"test_rerun.py", "test_readme.py"})
+
+
+def _longest_first(item) -> int:
+    return 0 if item.path.name in SPREAD else 1 if item.path.suffix == ".ipynb" else 2
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=_longest_first)      # stable: a file's tests keep their order
 
 
 def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadscope":
         return None                       # any other --dist mode: xdist's own scheduler
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False   # keep the collection order set above
 
     class FileOrTestScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
