@@ -332,6 +332,19 @@ def test_conclusion_says_when_the_spare_decides_the_order():
     assert "spare replicas decide" not in cs.conclusion(table.assign(spares=0))
 
 
+def test_conclusion_says_when_the_spare_decides_an_order_outside_the_tolerance():
+    # A: 4 + 1 replicas at $1.00; B: 1 + 1 at $1.50, +50 %, no tie. Without the spare A
+    # costs 1.00 x 4/5 = 0.80 and B 1.50 x 1/2 = 0.75: only the spare puts A first
+    table = _trio((1.0, 1.5, 2.0), (0.5, 1.4, 1.9), replicas=(4, 1, 4))
+    text = cs.conclusion(table)
+    assert "tie on price" not in text
+    assert text.endswith("outside the price tolerance, the spare replicas alone decide the "
+                         "order: B cheaper than the cheapest without them.")
+    # C: 2.00 x 4/5 = 1.60 > 0.80, and without spares nothing is flagged
+    assert "C cheaper" not in text
+    assert "alone decide" not in cs.conclusion(table.assign(spares=0))
+
+
 def test_usd_per_mtok_formula():
     # 10 GPUs at $2: $20/h; 10 req/s x 3600 s x 0.5 x 100 tokens = 1.8 M good tokens/h
     assert cs.usd_per_mtok(20.0, 10.0, 0.5, 100.0) == pytest.approx(20 / 1.8)

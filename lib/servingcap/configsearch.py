@@ -470,11 +470,13 @@ def usd_per_mtok(usd_per_hour: float, rate: float, attainment: float,
 
 
 def _simulate(task) -> dict:
-    """One configuration's smallest fleet (module level: pools and Dask run it)."""
-    cfg, ctx = task
+    """One configuration's smallest fleet (module level: pools and Dask run it).
+    ``task`` is ``(cfg, ctx)``, or ``(cfg, ctx, start)`` to start at ``start`` replicas
+    (:func:`confirm`) instead of the fluid guess."""
+    cfg, ctx, *first = task
     replica, _ = _replica(cfg, ctx)
     busy = ctx.rate / planning.fluid_rate(ctx.requests, replica)
-    start = math.ceil(busy + planning.FLUID_GUESS_BETA * math.sqrt(busy))
+    start = first[0] if first else math.ceil(busy + planning.FLUID_GUESS_BETA * math.sqrt(busy))
     try:
         fleet = planning.smallest_fleet(
             ctx.requests, replica, ctx.rate, router=ctx.router, policy=ctx.policy,
@@ -627,7 +629,8 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
     ``usd_per_mtok`` is less than ``price_tolerance`` (a fraction, default
     :data:`PRICE_TOLERANCE`) above the cheapest's, so the choice turns on the reader's
     prices; when the spare replicas (paid for, ``spares`` x ``tp`` GPUs) decide such a
-    pair's order, the line says so.
+    pair's order, the line says so, and it says so too for a configuration outside the
+    tolerance that would be cheaper than the cheapest without the spares.
     """
     tol = _check.number("price_tolerance", price_tolerance)
     if not 0 <= tol < 1:
@@ -671,6 +674,10 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
         if spare:
             text += f"; the spare replicas decide the order ({spare} cheaper without them)"
         parts.append(text)
+    spare = _spare_decides(best, others.loc[gaps >= tol])
+    if spare:
+        parts.append(f"outside the price tolerance, the spare replicas alone decide the order: "
+                     f"{spare} cheaper than the cheapest without them")
     return "; ".join(parts) + "."
 
 
@@ -1000,8 +1007,9 @@ def confirm(result: SearchResult, *, top: int = 3, most: int = 6, budget: int = 
     costs are noisy, and biased low (a short replication drains after its last arrival,
     so its last requests see a falling load). ``confirm`` runs the smallest-fleet search
     again, at ``budget`` / ``holds`` / ``min_requests`` and otherwise the screening's
-    settings and seed (so each row is the row :func:`search` gives at these statistics),
-    for
+    settings and seed, starting each configuration the screening ranked at its screened
+    fleet (which saves the sizes far below it; the answer is the row :func:`search` gives
+    at these statistics unless an undecided size lies on the way), for
 
     1. the shortlist: the ``top`` cheapest ranked configurations of ``result``, and every
        other one the screening did not separate from its cheapest (its
@@ -1086,19 +1094,29 @@ def confirm(result: SearchResult, *, top: int = 3, most: int = 6, budget: int = 
         if progress is not None:
             progress(dict(row))
 
+    def task(i: int) -> tuple:
+        """The simulation of row ``i``: at the screened answer's size when it has one."""
+        n = screened.loc[i, "replicas"] if screened.loc[i, "status"] == "ranked" else None
+        return (_config_of(rows[i]), ctx) if n is None else (_config_of(rows[i]), ctx, int(n))
+
+    def key(i: int) -> str:
+        start = task(i)[2:]
+        return hashlib.sha256(f"{_cache_key(_config_of(rows[i]), ctx)} start {start}"
+                              .encode()).hexdigest()
+
     def save(i: int, out: dict) -> None:
-        _cache_write(directory, _cache_key(_config_of(rows[i]), ctx), out)
+        _cache_write(directory, key(i), out)
         finish(i, out, False)
 
     def confirm_wave(batch: list[int]) -> None:
         todo = []
         for i in batch:
-            hit = _cache_read(directory, _cache_key(_config_of(rows[i]), ctx))
+            hit = _cache_read(directory, key(i))
             if hit is None:
                 todo.append(i)
             else:
                 finish(i, hit, True)
-        _run([(i, (_config_of(rows[i]), ctx)) for i in todo], executor, save)
+        _run([(i, task(i)) for i in todo], executor, save)
         counts["simulated"] += len(todo)
         counts["from_cache"] += len(batch) - len(todo)
 
