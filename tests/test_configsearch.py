@@ -174,6 +174,7 @@ def test_confirm_reranks_by_its_own_results(screened, confirmed):
                                    check_names=False)
     done = t["status"] == "ranked"
     # each confirmed row is the row a search at the confirmation's statistics gives
+    # (confirm starts at the screened fleet; no undecided size lies on the way here)
     pd.testing.assert_frame_equal(t.loc[done, SIM_COLUMNS], full.table.loc[done, SIM_COLUMNS],
                                   check_dtype=False)     # ints there, floats beside NaN here
     # ranked by its own costs, not the screened ones; same cheapest as the full search
