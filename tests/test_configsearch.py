@@ -1,4 +1,5 @@
-"""The configuration search (issue 24): refusals, pruning, ranking, prices, Dask, cache, CLI.
+"""The configuration search (issue 24): refusals, pruning, ranking, prices, Dask, cache, CLI,
+and the confirmation of a screening search at longer statistics.
 
 Every simulated search here is tiny (200-token prompts, 20-token outputs, 2 replications
 of at least 100 requests, 8 slots), so the whole file runs in seconds; the answers are
@@ -141,6 +142,92 @@ def test_bad_search_input_names_it():
         cs.search("Llama-3.1-8B", WORKLOAD, 2.0, wave=0, executor=None)
 
 
+
+# --------------------------------------------------------------------------- confirm
+# The screening is the tiny search at 2 replications of >= 100 requests, 1 hold time,
+# pruning in waves of one; the confirmation re-runs it at 4 replications of >= 300
+# requests, 3 hold times (LONGER). Both are deterministic (seeded), so rows compare
+# exactly with a search run at the confirmation's statistics.
+LONGER = dict(budget=4, holds=3, min_requests=300)
+SIM_COLUMNS = ["replicas", "replicas_low", "gpus", "usd_per_mtok", "usd_per_mtok_low",
+               "usd_per_mtok_high", "attainment", "ttft_p99_s", "replications"]
+
+
+@pytest.fixture(scope="module")
+def screened():
+    return cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **SMALL, wave=1,
+                     executor=None)
+
+
+@pytest.fixture(scope="module")
+def confirmed(screened):
+    return cs.confirm(screened, top=1, most=1, **LONGER, executor=None)
+
+
+def test_confirm_reranks_by_its_own_results(screened, confirmed):
+    full = cs.search("Llama-3.1-8B", WORKLOAD, RATE, **GRID, **{**SMALL, **LONGER},
+                     prune=False, executor=None)
+    t = confirmed.table
+    assert list(t["label"]) == list(screened.table["label"])
+    assert list(t.columns) == [*cs.RESULT_COLUMNS, *cs.SCREENED_COLUMNS]
+    pd.testing.assert_series_equal(t["screened_status"], screened.table["status"],
+                                   check_names=False)
+    done = t["status"] == "ranked"
+    # each confirmed row is the row a search at the confirmation's statistics gives
+    # (confirm starts at the screened fleet; no undecided size lies on the way here)
+    pd.testing.assert_frame_equal(t.loc[done, SIM_COLUMNS], full.table.loc[done, SIM_COLUMNS],
+                                  check_dtype=False)     # ints there, floats beside NaN here
+    # ranked by its own costs, not the screened ones; same cheapest as the full search
+    assert (np.diff(confirmed.ranked["usd_per_mtok"]) >= 0).all()
+    assert confirmed.ranked["label"].iloc[0] == full.ranked["label"].iloc[0]
+    assert confirmed.simulated == int(done.sum()) and confirmed.from_cache == 0
+    # what was not confirmed is pruned against the confirmed best, never ranked unchecked
+    best_high = t.loc[done, "usd_per_mtok_high"].min()
+    rest = t.loc[t["status"] == "pruned"]
+    assert (rest["min_usd_per_mtok"] > best_high).all()
+    assert rest["reason"].str.startswith("pruned at confirmation: fluid bound").all()
+    assert confirmed.conclusion.startswith(f"Cheapest: {confirmed.ranked['label'].iloc[0]}")
+
+
+def test_confirm_takes_the_shortlist_then_every_bound_below_the_answer(screened, confirmed):
+    # top=1, most=1: only the screened cheapest is on the shortlist; every other row
+    # confirmed got there by its fluid bound, at most the confirmed best's high end
+    t = confirmed.table
+    first = screened.ranked.index[0]
+    assert t.loc[first, "status"] in ("ranked", "failed")
+    others = t.loc[(t.index != first) & t["status"].isin(["ranked", "failed"])]
+    best_high = t.loc[t["status"] == "ranked", "usd_per_mtok_high"].min()
+    assert (others["min_usd_per_mtok"] <= best_high).all()
+
+
+def test_confirm_refuses_bad_input(screened):
+    for kwargs, name in (({"top": 0}, "top"), ({"most": 0}, "most"),
+                         ({"top": 3, "most": 2}, "most"), ({"budget": 0}, "budget"),
+                         ({"holds": -1.0}, "holds"), ({"min_requests": 50}, "min_requests"),
+                         ({"wave": 0}, "wave"), ({"executor": "bogus"}, "executor"),
+                         ({"cache_dir": 3}, "cache_dir"), ({"progress": 3}, "progress")):
+        with pytest.raises(ValueError, match=name):
+            cs.confirm(screened, **kwargs)
+    with pytest.raises(ValueError, match="result must be the SearchResult"):
+        cs.confirm(screened.table)
+    big = {**LLAMA, "num_hidden_layers": 320}              # fits nowhere: nothing ranked
+    none = cs.search(big, WORKLOAD, 2.0, gpus=["L40S"], tps=(1,), **SMALL, executor=None)
+    with pytest.raises(ValueError, match="result ranks no configuration"):
+        cs.confirm(none)
+
+
+def test_confirm_gives_the_same_table_on_any_executor_and_from_its_cache(
+        screened, confirmed, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        pooled = cs.confirm(screened, top=1, most=1, **LONGER, executor=pool,
+                            cache_dir=tmp_path)
+    _same(confirmed.table, pooled.table)
+    again = cs.confirm(screened, top=1, most=1, **LONGER, executor=None, cache_dir=tmp_path)
+    assert again.simulated == 0 and again.from_cache == pooled.simulated
+    _same(confirmed.table, again.table)
+
+
 def test_grid_keeps_fp8_where_the_gpu_has_it():
     configs = cs.grid(["A100-80GB", "H100-SXM"], tps=(1, 2), modes=("mixed", "combined"),
                       budgets=(512, 2048), max_batches=(16,))
@@ -244,6 +331,19 @@ def test_conclusion_says_when_the_spare_decides_the_order():
     table = _trio((1.0, 1.03, 1.5), (0.5, 1.06, 1.6), replicas=(4, 2, 2))
     assert "the spare replicas decide the order (B cheaper without them)" in cs.conclusion(table)
     assert "spare replicas decide" not in cs.conclusion(table.assign(spares=0))
+
+
+def test_conclusion_says_when_the_spare_decides_an_order_outside_the_tolerance():
+    # A: 4 + 1 replicas at $1.00; B: 1 + 1 at $1.50, +50 %, no tie. Without the spare A
+    # costs 1.00 x 4/5 = 0.80 and B 1.50 x 1/2 = 0.75: only the spare puts A first
+    table = _trio((1.0, 1.5, 2.0), (0.5, 1.4, 1.9), replicas=(4, 1, 4))
+    text = cs.conclusion(table)
+    assert "tie on price" not in text
+    assert text.endswith("outside the price tolerance, the spare replicas alone decide the "
+                         "order: B cheaper than the cheapest without them.")
+    # C: 2.00 x 4/5 = 1.60 > 0.80, and without spares nothing is flagged
+    assert "C cheaper" not in text
+    assert "alone decide" not in cs.conclusion(table.assign(spares=0))
 
 
 def test_usd_per_mtok_formula():

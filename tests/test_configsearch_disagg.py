@@ -223,3 +223,16 @@ def test_cli_bad_disaggregated_input_is_one_line_exit_2(capsys, extra, option):
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and option in err
+
+
+def test_confirm_keeps_a_disaggregated_row_a_disaggregated_configuration(serial):
+    # The confirmation rebuilds each row's configuration from the table: a split row must
+    # come back as a split design (its pools, its GPUs), not as a colocated one.
+    done = cs.confirm(serial, top=6, most=6, budget=2, holds=1, min_requests=100,
+                      executor=None)
+    split = done.table[done.table["design"] == "disaggregated"]
+    assert len(split) == 4 and (split["status"] == "ranked").all()
+    for row in split.itertuples():
+        assert row.replicas == row.prefill_replicas + row.decode_replicas
+        assert row.gpus == ((row.prefill_replicas + 1) * row.prefill_tp
+                            + (row.decode_replicas + 1) * row.tp)

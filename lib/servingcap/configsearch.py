@@ -82,6 +82,12 @@ workload, rate, SLO, router, policy, spares, statistics settings, efficiencies, 
 settings and the package version); a repeated or interrupted search reuses it
 (``SearchResult.from_cache`` counts them, ``SearchResult.simulated`` counts the rest).
 
+**Screen, then confirm.** A search at reduced statistics is cheap but its costs are
+noisy and biased low (short replications drain after their last arrival).
+:func:`confirm` sizes its shortlist again at longer statistics -- the cheapest few, every
+configuration not separated from the cheapest, then every configuration whose fluid bound
+is below the confirmed answer -- and ranks them by the confirmed costs.
+
 Prices are data the user owns: ``data/gpu_prices.csv`` (``gpu, usd_per_gpu_hour,
 source, date``; :func:`load_prices`), overridden per GPU (:func:`resolve_prices`).
 
@@ -136,7 +142,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +160,8 @@ from .traffic import data_dir
 __all__ = ["Config", "DisaggConfig", "SearchResult", "grid", "search", "load_model", "load_prices",
            "resolve_prices", "parse_price", "rank", "pareto_front", "conclusion",
            "usd_per_mtok", "PRICE_TOLERANCE", "DTYPES", "TP_DEGREES", "MIN_EFFICIENCY",
-           "RESULT_COLUMNS", "PRICE_COLUMNS", "STATUSES", "DESIGNS", "kv_link_gb_per_s"]
+           "RESULT_COLUMNS", "PRICE_COLUMNS", "STATUSES", "DESIGNS", "kv_link_gb_per_s",
+           "confirm", "SCREENED_COLUMNS"]
 
 DTYPES = ("bf16", "fp8")
 """Weight dtypes searched: ``bf16`` (the config's own 2-byte dtype) and ``fp8`` (1-byte
@@ -694,13 +701,16 @@ def usd_per_mtok(usd_per_hour: float, rate: float, attainment: float,
 
 
 def _simulate(task) -> dict:
-    """One configuration's smallest fleet (module level: pools and Dask run it)."""
-    cfg, ctx = task
+    """One configuration's smallest fleet (module level: pools and Dask run it).
+    ``task`` is ``(cfg, ctx)``, or ``(cfg, ctx, start)`` to start a colocated fleet at
+    ``start`` replicas (:func:`confirm`) instead of the fluid guess; a disaggregated
+    configuration always starts its pools at their fluid bounds."""
+    cfg, ctx, *first = task
     if isinstance(cfg, DisaggConfig):
         return _simulate_pools(cfg, ctx)
     replica, _ = _replica(cfg, ctx)
     busy = ctx.rate / planning.fluid_rate(ctx.requests, replica)
-    start = math.ceil(busy + planning.FLUID_GUESS_BETA * math.sqrt(busy))
+    start = first[0] if first else math.ceil(busy + planning.FLUID_GUESS_BETA * math.sqrt(busy))
     try:
         fleet = planning.smallest_fleet(
             ctx.requests, replica, ctx.rate, router=ctx.router, policy=ctx.policy,
@@ -895,7 +905,8 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
     ``usd_per_mtok`` is less than ``price_tolerance`` (a fraction, default
     :data:`PRICE_TOLERANCE`) above the cheapest's, so the choice turns on the reader's
     prices; when the spare replicas (paid for, ``spares`` x ``tp`` GPUs) decide such a
-    pair's order, the line says so.
+    pair's order, the line says so, and it says so too for a configuration outside the
+    tolerance that would be cheaper than the cheapest without the spares.
     """
     tol = _check.number("price_tolerance", price_tolerance)
     if not 0 <= tol < 1:
@@ -939,6 +950,10 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
         if spare:
             text += f"; the spare replicas decide the order ({spare} cheaper without them)"
         parts.append(text)
+    spare = _spare_decides(best, others.loc[gaps >= tol])
+    if spare:
+        parts.append(f"outside the price tolerance, the spare replicas alone decide the order: "
+                     f"{spare} cheaper than the cheapest without them")
     return "; ".join(parts) + "."
 
 
@@ -987,6 +1002,9 @@ class SearchResult:
     """Configurations simulated by this call (not read from the cache)."""
     from_cache: int
     """Configurations whose simulation was read from the cache."""
+    context: _Context | None = field(default=None, repr=False, compare=False)
+    """Everything but the grid the search ran with (model, workload, SLO, statistics),
+    so that :func:`confirm` can re-run its configurations."""
 
     @property
     def ranked(self) -> pd.DataFrame:
@@ -1260,4 +1278,187 @@ def search(model, requests, rate: float, *, gpus=None, tps=TP_DEGREES, dtypes=DT
     return SearchResult(table=frame, prices=used, rate=lam, model=label,
                         workload=str(requests) if isinstance(requests, planning.PoissonWorkload)
                         else f"request table of {len(requests)} rows",
-                        simulated=simulated, from_cache=from_cache)
+                        simulated=simulated, from_cache=from_cache, context=ctx)
+
+
+# --------------------------------------------------------------------------- confirm
+
+SCREENED_COLUMNS = ("screened_status", "screened_rank", "screened_usd_per_mtok")
+"""Columns :func:`confirm` adds after :data:`RESULT_COLUMNS`: each configuration's
+status, rank and US dollars per million good output tokens in the screening search."""
+
+_FROM_GRID = ("label", "design", "gpu", "tp", "prefill_tp", "dtype", "mode",
+              "max_batched_tokens", "max_batch", "kv_capacity_tokens", "kv_link_gb_per_s",
+              "fluid_min", "spares", "usd_per_gpu_hour",
+              "min_usd_per_mtok")
+"""Columns of a row that do not depend on the statistics (kept by :func:`confirm`)."""
+
+
+def _config_of(row) -> Config | DisaggConfig:
+    """The configuration of a result-table row (the inverse of ``fields()``)."""
+    budget = row["max_batched_tokens"]
+    if row.get("design", "colocated") == "disaggregated":
+        return DisaggConfig(row["gpu"], row["dtype"], int(row["prefill_tp"]), int(row["tp"]),
+                            int(budget), int(row["max_batch"]))
+    return Config(row["gpu"], int(row["tp"]), row["dtype"], row["mode"],
+                  None if pd.isna(budget) else int(budget), int(row["max_batch"]))
+
+
+def confirm(result: SearchResult, *, top: int = 3, most: int = 6, budget: int = 16,
+            holds: float = 20.0, min_requests: int = 2000, wave: int = 4,
+            executor=parallel.AUTO, cache_dir=None,
+            progress: Callable | None = None) -> SearchResult:
+    """Size a search's shortlist again at longer statistics and rank it by those answers:
+    the second stage of a screen-then-confirm search (ranking and selection).
+
+    A search at reduced statistics (few, short replications) is a cheap *screen*: its
+    costs are noisy, and biased low (a short replication drains after its last arrival,
+    so its last requests see a falling load). ``confirm`` runs the smallest-fleet search
+    again, at ``budget`` / ``holds`` / ``min_requests`` and otherwise the screening's
+    settings and seed, starting each configuration the screening ranked at its screened
+    fleet (which saves the sizes far below it; the answer is the row :func:`search` gives
+    at these statistics unless an undecided size lies on the way), for
+
+    1. the shortlist: the ``top`` cheapest ranked configurations of ``result``, and every
+       other one the screening did not separate from its cheapest (its
+       ``min_separating_usd_per_mtok`` at most the cheapest's ``usd_per_mtok_high``,
+       :func:`conclusion`), cheapest first, ``most`` in all at most;
+    2. then, in waves of ``wave`` configurations, lowest fluid bound first, every other
+       configuration not refused (the screening ranked it lower, pruned it, or it
+       failed) whose fluid bound ``min_usd_per_mtok`` (a lower bound that no statistics
+       move) is at most the confirmed best's ``usd_per_mtok_high``: when the confirmed
+       costs come out above the screened ones, a configuration the screening pruned may
+       be cheaper than the confirmed answer.
+
+    The rest are ``pruned`` against the confirmed best (reason given) and refusals are
+    kept, so, as in :func:`search`, pruning cannot change the cheapest configuration.
+
+    Parameters
+    ----------
+    result : SearchResult
+        The screening: a :func:`search` result, usually at reduced statistics.
+    top : int
+        Cheapest screened configurations confirmed whatever their intervals (>= 1).
+    most : int
+        Most configurations on the shortlist (>= ``top``); step 2 may add more.
+    budget, holds, min_requests
+        The confirmation's statistics (replications at most, hold times and requests
+        per replication at least), as :func:`servingcap.planning.smallest_fleet`; the
+        defaults are its own.
+    wave, executor, cache_dir, progress
+        As :func:`search` (the cache key holds the statistics: screened and confirmed
+        results of one configuration are cached apart).
+
+    Returns a :class:`SearchResult` over the same configurations, ranked by the confirmed
+    costs (``rank``, :func:`conclusion`), with :data:`SCREENED_COLUMNS` after
+    :data:`RESULT_COLUMNS`; ``simulated`` and ``from_cache`` count the confirmations.
+    Raises ValueError naming the parameter for bad input, and ``result`` when it ranks
+    no configuration.
+    """
+    if not isinstance(result, SearchResult) or result.context is None:
+        raise ValueError(f"result must be the SearchResult of configsearch.search, got "
+                         f"{type(result).__name__}")
+    top = _check.whole("top", top)
+    most = _check.whole("most", most)
+    if most < top:
+        raise ValueError(f"most must be >= top={top}, got {most!r}")
+    wave = _check.whole("wave", wave)
+    parallel.resolve(executor)                  # raises ValueError naming executor
+    if cache_dir is not None and not isinstance(cache_dir, (str, Path)):
+        raise ValueError(f"cache_dir must be a directory path or None, got {cache_dir!r}")
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}")
+    screen = result.context
+    design = planning._design(screen.confidence, budget, holds, min_requests, screen.seed,
+                              None, screen.delta)
+    ctx = replace(screen, budget=design.budget, holds=design.holds,
+                  min_requests=design.min_requests)
+    screened = result.table
+    ranked = rank(screened)
+    if ranked.empty:
+        raise ValueError("result ranks no configuration: there is nothing to confirm")
+    directory = None if cache_dir is None else Path(cache_dir)
+    if directory is not None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cache_dir {str(cache_dir)!r} could not be created ({exc})") from None
+    head = ranked.iloc[0]
+    shortlist = [i for i in ranked.index if ranked.loc[i, "rank"] <= top
+                 or ranked.loc[i, "min_separating_usd_per_mtok"] <= head["usd_per_mtok_high"]]
+    shortlist = shortlist[:most]
+    _, mean_out = _mean_tokens(ctx.requests)
+    rows = {i: {k: screened.loc[i, k] for k in _FROM_GRID} | {
+        "status": screened.loc[i, "status"], "reason": screened.loc[i, "reason"],
+        "cached": False} for i in screened.index}
+    counts = {"simulated": 0, "from_cache": 0}
+
+    def finish(i: int, out: dict, cached: bool) -> None:
+        row = rows[i]
+        row.update({k: v for k, v in out.items() if k != "replicas_floor"}, cached=cached)
+        if out["status"] == "ranked":
+            row.update(_cost_row(out, _config_of(row), ctx, row["usd_per_gpu_hour"],
+                                 mean_out))
+        if progress is not None:
+            progress(dict(row))
+
+    def task(i: int) -> tuple:
+        """The simulation of row ``i``: at the screened answer's size when it has one."""
+        n = screened.loc[i, "replicas"] if screened.loc[i, "status"] == "ranked" else None
+        return (_config_of(rows[i]), ctx) if n is None else (_config_of(rows[i]), ctx, int(n))
+
+    def key(i: int) -> str:
+        start = task(i)[2:]
+        return hashlib.sha256(f"{_cache_key(_config_of(rows[i]), ctx)} start {start}"
+                              .encode()).hexdigest()
+
+    def save(i: int, out: dict) -> None:
+        _cache_write(directory, key(i), out)
+        finish(i, out, False)
+
+    def confirm_wave(batch: list[int]) -> None:
+        todo = []
+        for i in batch:
+            hit = _cache_read(directory, key(i))
+            if hit is None:
+                todo.append(i)
+            else:
+                finish(i, hit, True)
+        _run([(i, task(i)) for i in todo], executor, save)
+        counts["simulated"] += len(todo)
+        counts["from_cache"] += len(batch) - len(todo)
+
+    def best() -> tuple[float, str]:
+        """(usd_per_mtok_high, label) of the confirmed row with the lowest high end."""
+        met = [rows[i] for i in confirmed if rows[i]["status"] == "ranked"]
+        low = min(met, key=lambda r: r["usd_per_mtok_high"], default=None)
+        return (math.inf, "") if low is None else (low["usd_per_mtok_high"], low["label"])
+
+    confirmed = set(shortlist)
+    confirm_wave(shortlist)
+    rest = sorted((i for i in screened.index if i not in confirmed
+                   and rows[i]["status"] != "refused"),
+                  key=lambda i: (rows[i]["min_usd_per_mtok"], i))
+    while rest and rows[rest[0]]["min_usd_per_mtok"] <= best()[0]:
+        high = best()[0]
+        batch = [i for i in rest[:wave] if rows[i]["min_usd_per_mtok"] <= high]
+        confirmed.update(batch)
+        rest = rest[len(batch):]
+        confirm_wave(batch)
+    high, label = best()
+    for i in rest:
+        rows[i].update(status="pruned", reason=(
+            f"pruned at confirmation: fluid bound {_money(rows[i]['min_usd_per_mtok'])} "
+            f"costs more than {_money(high)} per million good tokens (confirmed {label})"))
+    frame = pd.DataFrame([rows[i] for i in screened.index], index=screened.index)
+    for column in RESULT_COLUMNS:
+        if column not in frame:
+            frame[column] = np.nan
+    frame["rank"] = rank(frame)["rank"]
+    frame["pareto"] = pareto_front(frame.where(frame["status"] == "ranked"))
+    frame = frame[list(RESULT_COLUMNS)].assign(
+        screened_status=screened["status"], screened_rank=screened["rank"],
+        screened_usd_per_mtok=screened["usd_per_mtok"])
+    return SearchResult(table=frame.reset_index(drop=True), prices=result.prices,
+                        rate=result.rate, model=result.model, workload=result.workload,
+                        context=ctx, **counts)
