@@ -149,6 +149,11 @@ def test_every_chapter_has_a_rerun_parameter():
     assert chapters == set(CHANGED_PARAMETER) | {"utilization_knee"}
 
 
+# A guard against a hung kernel, not a speed test: the longest chapter (choosing_hardware,
+# about 4 minutes alone on a 2-core machine) runs beside other tests in `make test`.
+RERUN_TIMEOUT_S = 1200
+
+
 @pytest.mark.parametrize("chapter", sorted(CHANGED_PARAMETER))
 def test_a_changed_parameter_changes_the_chapter(chapter, tmp_path):
     name, value = CHANGED_PARAMETER[chapter]
@@ -163,7 +168,7 @@ def test_a_changed_parameter_changes_the_chapter(chapter, tmp_path):
     subprocess.run([sys.executable, "-m", "papermill", str(src), str(out),
                     "-y", f"{name}: {value!r}", "--cwd", str(src.parent),
                     "--no-progress-bar", "--log-level", "WARNING"],
-                   check=True, capture_output=True, text=True, timeout=600)
+                   check=True, capture_output=True, text=True, timeout=RERUN_TIMEOUT_S)
     mine = nbformat.read(out, as_version=4)
     # papermill puts the new value right after the parameters cell, so it overrides it.
     injected = [i for i, c in enumerate(mine.cells)
