@@ -162,6 +162,10 @@ FANOUT_RUN = agents.simulate_fanout(agents.FanOut(), 120.0, 1)
 FLEET_SEARCH = fleet.smallest_fleet(lambda n: serving.simulate(REQUESTS, REPLICA, replicas=n),
                                     1, 3, ttft_s=1.0, tpot_s=0.05, p=0.9)
 MM1 = queues.MM1(0.5, 1.0)
+TINY_SEARCH = configsearch.search(   # one configuration, 2 replications of >= 100 requests
+    "Llama-3.1-8B", planning.PoissonWorkload(100, 10), 1.0, gpus=["L40S"], tps=[1],
+    dtypes=["bf16"], budgets=[512], max_batches=[8], budget=2, holds=1.0, min_requests=100,
+    executor=None)
 SEARCH_TABLE = pd.DataFrame({
     "label": ["a", "b"], "status": ["ranked", "ranked"], "usd_per_mtok": [1.0, 1.5],
     "ttft_p99_s": [0.2, 0.1], "replicas": [2, 3], "spares": [1, 1], "gpus": [3, 4],
@@ -674,6 +678,9 @@ ENTRIES = [
       holds=1.0, min_requests=100, max_replicas=64, flops_efficiency=0.62,
       bandwidth_efficiency=0.55, gpu_memory_utilization=0.9, prune=True, wave=1,
       executor=None, progress=None),     # cache_dir left out: "x" would be a valid directory
+    E("configsearch.confirm", configsearch.confirm, heavy=True, allow_nan=True,
+      allow_inf=True, result=TINY_SEARCH, top=1, most=1, budget=2, holds=1.0,
+      min_requests=100, wave=1, executor=None, progress=None),   # cache_dir: as search
     E("configsearch.grid", configsearch.grid, gpus=["L40S", "H100-SXM"], tps=[1, 2],
       dtypes=["bf16", "fp8"], modes=["mixed"], budgets=[512], max_batches=[8],
       designs=["colocated", "disaggregated"]),
