@@ -155,3 +155,30 @@ def test_bad_simulate_arguments():
         run.boundary("GPU")
     with pytest.raises(ValueError, match="warmup_s"):
         run.little_table(warmup_s=600.0)
+
+
+def test_replicated_little_covers_the_long_run_of_an_mmc_boundary():
+    # Nothing is rejected (40 slots, no cap), so exceptions reach the reviewers as a
+    # Poisson stream of task_rate * escalation_prob per second with exponential times:
+    # an M/M/c queue whose long-run L and W Erlang C gives. Twelve reviewers are 75 %
+    # busy, so the queue relaxes in about 1 / (c mu (1 - sqrt(rho))^2) = 23 min, and a
+    # 1 h warm-up of 5 h runs leaves a bias far below the intervals' width. A correct
+    # 95 % interval misses with probability 5 %; the seed is fixed, so this checks one
+    # draw of each.
+    from servingcap import MMc
+    s = AgentSystem.from_params(LOCKED, slots=40, queue_cap=None, reviewers=12)
+    table = agents.replicated_little(s, 5 * 3600.0, 10, 11, warmup_s=3600.0,
+                                     boundaries=["exceptions with humans"]).iloc[0]
+    queue = MMc(s.task_rate * s.escalation_prob, 1 / s.human_s, s.reviewers)
+    assert table["runs"] == 10
+    assert table["lambda_low"] <= queue.arrival_rate <= table["lambda_high"]
+    assert table["W_low"] <= queue.mean_response <= table["W_high"]
+    assert table["L_low"] <= queue.arrival_rate * queue.mean_response <= table["L_high"]
+    # informative, not just wide: the interval for L is narrower than half of L
+    assert table["L_high"] - table["L_low"] < 0.5 * table["L"]
+
+
+def test_replicated_little_refuses_fewer_than_two_runs():
+    for bad in (1, 0, 2.5, "10"):
+        with pytest.raises(ValueError, match="runs"):
+            agents.replicated_little(AgentSystem(), 60.0, bad, 1)

@@ -400,6 +400,8 @@ ENTRIES = [
       queue_cap=64, tool_s=2.2, reviewers=10),
     E("agents.simulate", agents.simulate, heavy=True, allow_nan=True,
       system=agents.AgentSystem(), horizon_s=60.0, seed=1),
+    E("agents.replicated_little", agents.replicated_little, heavy=True, allow_nan=True,
+      system=agents.AgentSystem(), horizon_s=60.0, runs=2, seed=1),
     E("agents.FanOut", agents.FanOut, task_rate=0.3, branches=3, accept_prob=0.6, max_rounds=5),
     E("agents.simulate_fanout", agents.simulate_fanout, heavy=True, allow_nan=True,
       system=agents.FanOut(), horizon_s=60.0, seed=1),
