@@ -126,9 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--confirm", type=str, metavar="K", default=S,
                    help="after the search (the screen), size again at the confirmation's "
                         "statistics the K cheapest configurations, the others the screen "
-                        "did not separate from its cheapest (max(K, "
-                        f"{_confirm_default('most')}) in all), then every configuration whose fluid "
-                        "bound undercuts the confirmed answer; print that ranking and its "
+                        f"did not separate from its cheapest (max(K, {_confirm_default('most')})"
+                        " in all), then every configuration whose fluid bound undercuts the "
+                        "confirmed answer; print that ranking and its "
                         "conclusion after the screen's (default: no confirmation)")
     g.add_argument("--confirm-budget", type=str, metavar="REPLICATIONS", default=S,
                    help="the confirmation's --budget: most replications per size "
