@@ -284,6 +284,13 @@ def test_conclusion_says_separated_only_when_it_is():
     text = cs.conclusion(_pair(1.1, 1.05))
     assert "not separated" in text and "$1.05" in text
     assert "No configuration meets" in cs.conclusion(_pair(1.1, 1.2).assign(status="failed"))
+    alone = _pair(1.1, 1.2).iloc[:1]
+    assert cs.conclusion(alone).endswith("; no other configuration meets the SLO.")
+    # a pruned row was not simulated: the line does not say it misses
+    pruned = pd.concat([alone, _pair(1.1, 1.2).iloc[1:].assign(status="pruned")])
+    assert cs.conclusion(pruned).endswith(
+        "; no other configuration was shown to meet the SLO (1 pruned: a lower bound on "
+        "each one's cost is above this one's).")
 
 
 def _trio(costs, floors, spares=1, replicas=(2, 2, 2), tps=(1, 1, 1)):
