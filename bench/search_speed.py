@@ -33,15 +33,39 @@ same cheapest configuration with and without pruning (L40S tp1 fp8 mixed/512, 8 
 replicas). An earlier run under load average 8-10
 with waves of 8: 223 s with pruning (8 simulated, 52 pruned), 1,341 s for the 52 pruned.
 
+**With disaggregated designs** (``--designs colocated,disaggregated --tp 1,2 --budgets
+2048``): 20 colocated configurations and 40 disaggregated ones (each GPU and dtype, the
+prefill and the decode pool at TP 1 or 2 each, prefill cap 2,048 tokens, 32 decode slots),
+60 in all. Measured twice on 2026-12-02, on the shared 2-core machine while another helper
+executed a chapter (and, in the first, this helper's own tests ran beside the unpruned
+run), with the default statistics above:
+
+* first: with pruning 19 s wall, 16 s CPU (load average 1.3 at the start, 2.0 at the
+  end), 4 simulated, 56 pruned -- every disaggregated design among them: its fluid bound,
+  both pools with a spare each, already costs more than the best colocated answer; the
+  56 pruned ones then took 430 s wall (305 s CPU, load average 4.5 at the end);
+* second: with pruning 24 s wall, 17 s CPU (load average 3.9), the same 4 simulated and
+  56 pruned; the 56 pruned ones took 445 s wall (310 s CPU, load average 4.9).
+
+So the whole 60-configuration grid takes about 450-470 s without pruning (under the
+600 s target even so) and 19-24 s with it: pruning saved about 430-445 s (95-96 %). Same
+cheapest configuration with and without pruning: L40S tp1 fp8 mixed/2048, 9 + 1 replicas,
+10 GPUs, $0.432 per million good tokens; the cheapest disaggregated design of the whole
+grid, L40S fp8 with both pools at TP 1, needs 12 GPUs and $0.519 per million good tokens
+(+20 %, third of the grid).
+
 Not run by CI (minutes). Usage::
 
     .venv/bin/python bench/search_speed.py                   # defaults below
     .venv/bin/python bench/search_speed.py --holds 20 --budget 16 --min-requests 2000
+    .venv/bin/python bench/search_speed.py --designs colocated,disaggregated --tp 1,2 \\
+        --budgets 2048
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import tempfile
 import time
@@ -71,18 +95,40 @@ def run(args, cache: str, prune: bool):
 
     result = configsearch.search(
         "Llama-3.1-8B", planning.PoissonWorkload(2000, 300), args.rate,
-        gpus=list(roofline.gpu_table()["gpu"]), tps=(1, 2, 4), dtypes=("bf16", "fp8"),
-        modes=("mixed",), budgets=(512, 2048), max_batches=(32,),
+        gpus=list(roofline.gpu_table()["gpu"]), tps=args.tp, dtypes=("bf16", "fp8"),
+        modes=("mixed",), budgets=args.budgets, max_batches=(32,), designs=args.designs,
         limits={"ttft_s": 1.0, "tpot_s": 0.05}, target=0.99, spares=1,
         budget=args.budget, holds=args.holds, min_requests=args.min_requests,
         prune=prune, cache_dir=cache, progress=progress)
     wall = time.perf_counter() - start
     parallel._shutdown()        # join the pool's workers so their CPU time is counted
+    print(f"  load average (1, 5, 15 min) at the end of the run: "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     return result, wall, cpu_s() - cpu
+
+
+def _items(kind, allowed=None):
+    """argparse type of a comma-separated list of ``kind`` (values from ``allowed``)."""
+    def parse(text: str) -> tuple:
+        try:
+            items = tuple(kind(s.strip()) for s in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}") from None
+        if allowed is not None and not set(items) <= set(allowed):
+            raise argparse.ArgumentTypeError(f"must list {', '.join(allowed)}: {text!r}")
+        return items
+    return parse
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--designs", type=_items(str, configsearch.DESIGNS),
+                        default=("colocated",),
+                        help="fleet designs searched (default colocated)")
+    parser.add_argument("--tp", type=_items(int), default=(1, 2, 4),
+                        help="tensor-parallel degrees (default 1,2,4)")
+    parser.add_argument("--budgets", type=_items(int), default=(512, 2048),
+                        help="token budgets, tokens (default 512,2048)")
     parser.add_argument("--rate", type=float, default=30.0)
     parser.add_argument("--holds", type=float, default=2.0)
     parser.add_argument("--budget", type=int, default=10)
@@ -93,14 +139,20 @@ def main() -> None:
         first, wall1, cpu1 = run(args, cache, prune=True)
         t = first.table
         n = len(t)
-        print(f"grid: {n} configurations at {args.rate:g} req/s (holds {args.holds:g}, "
-              f"budget {args.budget}, min_requests {args.min_requests})")
+        split = int((t["design"] == "disaggregated").sum())
+        print(f"grid: {n} configurations ({split} disaggregated) at {args.rate:g} req/s "
+              f"(holds {args.holds:g}, budget {args.budget}, min_requests "
+              f"{args.min_requests})")
         print(f"with pruning: {wall1:.0f} s wall, {cpu1:.0f} s CPU; simulated "
               f"{first.simulated}, pruned {first.pruned}, refused "
               f"{int((t['status'] == 'refused').sum())}, failed "
               f"{int((t['status'] == 'failed').sum())}; target {TARGET_S:.0f} s: "
               f"{'met' if wall1 < TARGET_S else 'MISSED'}")
-        print("  " + first.conclusion)
+        for design, rows in t.groupby("design", sort=False):
+            counts = rows["status"].value_counts()
+            print(f"  {design}: " + ", ".join(f"{counts.get(k, 0)} {k}"
+                                              for k in configsearch.STATUSES))
+        print("  " + first.conclusion, flush=True)
         second, wall2, cpu2 = run(args, cache, prune=False)
         print(f"without pruning (same cache: simulates only what was pruned): {wall2:.0f} s "
               f"wall, {cpu2:.0f} s CPU for {second.simulated} configurations, "
@@ -108,6 +160,13 @@ def main() -> None:
         same = (first.ranked["label"].iloc[0] == second.ranked["label"].iloc[0]
                 if len(first.ranked) and len(second.ranked) else len(second.ranked) == 0)
         print(f"same cheapest configuration with and without pruning: {same}")
+        full = second.ranked
+        for design, rows in full.groupby("design", sort=False):
+            top = rows.iloc[0]
+            print(f"  cheapest {design} of the whole grid: {top['label']}, "
+                  f"{top['gpus']:.0f} GPUs, ${top['usd_per_mtok']:.3f} per million good "
+                  f"tokens (rank {top['rank']:.0f}, "
+                  f"{top['usd_per_mtok'] / full['usd_per_mtok'].iloc[0] - 1:+.0%})")
         print(first.ranked[["rank", "label", "replicas", "gpus", "usd_per_hour",
                             "usd_per_mtok", "ttft_p99_s", "pareto"]].head(10).to_string(
                                 index=False))

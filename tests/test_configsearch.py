@@ -284,6 +284,13 @@ def test_conclusion_says_separated_only_when_it_is():
     text = cs.conclusion(_pair(1.1, 1.05))
     assert "not separated" in text and "$1.05" in text
     assert "No configuration meets" in cs.conclusion(_pair(1.1, 1.2).assign(status="failed"))
+    alone = _pair(1.1, 1.2).iloc[:1]
+    assert cs.conclusion(alone).endswith("; no other configuration meets the SLO.")
+    # a pruned row was not simulated: the line does not say it misses
+    pruned = pd.concat([alone, _pair(1.1, 1.2).iloc[1:].assign(status="pruned")])
+    assert cs.conclusion(pruned).endswith(
+        "; no other configuration was shown to meet the SLO (1 pruned: a lower bound on "
+        "each one's cost is above this one's).")
 
 
 def _trio(costs, floors, spares=1, replicas=(2, 2, 2), tps=(1, 1, 1)):
@@ -419,6 +426,12 @@ BASE = ["--model-config", "Llama-3.1-8B", "--rate", "2", "--prompt-tokens", "200
     (["--plot", "x.svg"], "--plot"),
     (["--price-tolerance", "100"], "--price-tolerance"),
     (["--price-tolerance", "-5"], "--price-tolerance"),
+    (["--confirm", "0"], "--confirm"),
+    (["--confirm", "1.5"], "--confirm"),
+    (["--confirm", "two"], "--confirm"),
+    (["--confirm-budget", "4"], "--confirm-budget"),           # without --confirm
+    (["--confirm", "1", "--confirm-budget", "0"], "--confirm-budget"),
+    (["--confirm", "1", "--confirm-holds", "-1"], "--confirm-holds"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, extra, option):
     code, out, err = _cli(capsys, *BASE, *extra)
@@ -461,3 +474,55 @@ def test_cli_report_output_and_plot(capsys, tmp_path):
     assert len(data["configurations"]) == 2 and data["conclusion"].startswith("Cheapest")
     assert data["price_tolerance"] == 0.1
     assert plot.stat().st_size > 1000
+
+
+def test_cli_bad_confirm_names_the_option_and_the_value(capsys):
+    code, out, err = _cli(capsys, *BASE, "--confirm", "-2")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "--confirm must be a whole number >= 1, got '-2'" in err
+
+
+def test_cli_confirm_reports_and_writes_the_confirmed_ranking(capsys, tmp_path):
+    # the screen at 2 replications of 1 hold time, the confirmation at 4 of 3, both of at
+    # least 2,000 requests (the command line's); tiny requests keep it to seconds
+    out_json, out_csv, cache = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "cache"
+    args = [*(a for a in BASE if a != "--no-cache"), "--cache-dir", str(cache), "--gpus",
+            "L40S,A100-40GB", "--tp", "1,2", "--prompt-tokens", "50", "--output-tokens", "2",
+            "--confirm", "1", "--confirm-budget", "4", "--confirm-holds", "3"]
+    code, out, err = _cli(capsys, *args, "--output", str(out_json))
+    assert code == 0, err
+    # the library's answer at the same settings, screen then confirm
+    screen = cs.search("Llama-3.1-8B", planning.PoissonWorkload(50, 2), 2.0,
+                       gpus=["L40S", "A100-40GB"], tps=(1, 2), **{**SMALL,
+                                                                  "min_requests": 2000},
+                       executor=None)
+    confirmed = cs.confirm(screen, top=1, most=6, budget=4, holds=3, min_requests=2000,
+                           executor=None)
+    assert "Confirmation (--confirm 1): the screen's 1 cheapest" in out
+    screen_stats = "up to 2 replications of 1 hold times, at least 2,000 requests each"
+    confirm_stats = "up to 4 replications of 3 hold times, at least 2,000 requests each"
+    assert f"\nScreen ({screen_stats}): {screen.conclusion}\n" in out
+    assert out.endswith(f"\nConfirmed ({confirm_stats}): {confirmed.conclusion}\n")
+    best = confirmed.ranked.iloc[0]
+    assert f"\n   1* {best['label']}" in out.split("Confirmation (--confirm 1)")[1]
+    data = json.loads(out_json.read_text())
+    rows = data["confirmation"]["configurations"]
+    assert [r["label"] for r in rows] == list(confirmed.table["label"])
+    assert [r["status"] for r in rows] == list(confirmed.table["status"])
+    assert {r["stage"] for r in rows} == {"confirm"}
+    assert {r["stage"] for r in data["configurations"]} == {"screen"}
+    assert data["confirmation"]["conclusion"] == confirmed.conclusion
+    assert data["confirmation"]["statistics"]["budget"] == 4
+    assert data["confirmation"]["statistics"]["holds"] == 3
+    assert data["statistics"]["budget"] == 2
+    # the same command again: both stages come from the cache; the CSV holds both stages
+    code, out, err = _cli(capsys, *args, "--output", str(out_csv))
+    assert code == 0, err
+    done = int(confirmed.table["status"].isin(["ranked", "failed"]).sum())
+    line = next(x for x in out.splitlines() if x.startswith("Confirmed: "))
+    assert line.endswith(f"; 0 simulated, {done} read from the cache")
+    table = pd.read_csv(out_csv)
+    assert list(table["stage"]) == ["screen"] * 4 + ["confirm"] * 4
+    both = table.loc[table["stage"] == "confirm"].reset_index(drop=True)
+    assert list(both["status"]) == list(confirmed.table["status"])
+    assert list(both["screened_status"]) == list(screen.table["status"])

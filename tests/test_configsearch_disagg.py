@@ -179,6 +179,22 @@ def test_pool_executor_gives_identical_results(serial):
     _same(serial.table, out.table)
 
 
+def test_dask_local_cluster_gives_identical_results_with_disaggregated_rows(serial):
+    # as test_configsearch's colocated Dask test, on the grid with four split designs
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client, \
+            distributed.get_task_stream(client) as stream:
+        on_dask = cs.search("Llama-3.1-8B", WORKLOAD, RATE, gpus=["L40S"], tps=(1, 2),
+                            **SMALL, designs=BOTH, prune=False, executor=client)
+    # every configuration ran as a task on the cluster (waves of 4 then 2)
+    assert sum(task["key"].startswith("_simulate") for task in stream.data) == 6
+    assert on_dask.simulated == 6
+    assert (on_dask.table["design"] == "disaggregated").sum() == 4
+    _same(serial.table, on_dask.table)
+
+
 def test_a_pool_that_does_not_fit_is_refused_by_name():
     out = cs.search("Llama-3.1-70B", WORKLOAD, RATE, gpus=["L40S"], tps=(1,), **SMALL,
                     designs=("disaggregated",), executor=None)

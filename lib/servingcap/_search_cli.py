@@ -30,6 +30,14 @@ _PLAN_OPTIONS = {
 DEFAULT_CACHE = ".servingcap-cache"
 
 
+def _confirm_default(name: str):
+    """Default of a parameter of :func:`servingcap.configsearch.confirm`."""
+    import inspect
+
+    from .configsearch import confirm
+    return inspect.signature(confirm).parameters[name].default
+
+
 def _plan_parser() -> argparse.ArgumentParser:
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -114,6 +122,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wave", type=str, metavar="N", default=S,
                    help="configurations simulated between two pruning decisions (default 4; "
                         "fixed, so the answer does not depend on --workers or --scheduler)")
+    g = p.add_argument_group("confirmation (screen, then confirm)")
+    g.add_argument("--confirm", type=str, metavar="K", default=S,
+                   help="after the search (the screen), size again at the confirmation's "
+                        "statistics the K cheapest configurations, the others the screen "
+                        f"did not separate from its cheapest (max(K, {_confirm_default('most')})"
+                        " in all), then every configuration whose fluid bound undercuts the "
+                        "confirmed answer; print that ranking and its "
+                        "conclusion after the screen's (default: no confirmation)")
+    g.add_argument("--confirm-budget", type=str, metavar="REPLICATIONS", default=S,
+                   help="the confirmation's --budget: most replications per size "
+                        f"(default {cli.DEFAULTS['budget']}, plan's)")
+    g.add_argument("--confirm-holds", type=str, metavar="HOLD_TIMES", default=S,
+                   help="the confirmation's --holds: simulated traffic per replication, "
+                        "in hold times at the rate (at least as many requests as the "
+                        f"screen's) (default {cli.DEFAULTS['holds']:g}, plan's)")
     g = p.add_argument_group("prices")
     g.add_argument("--prices", type=str, metavar="FILE", default=S,
                    help="price CSV (gpu, usd_per_gpu_hour, source, date); default: the "
@@ -155,8 +178,9 @@ def _path(name: str, value, suffixes) -> str:
 
 def settings(given: dict) -> dict:
     """Validated keyword arguments of :func:`servingcap.configsearch.search`, plus
-    ``output``, ``plot``, ``progress``, ``scheduler``, ``workers`` and ``text`` (the
-    workload in words)."""
+    ``output``, ``plot``, ``progress``, ``scheduler``, ``workers``, ``text`` (the
+    workload in words) and ``confirm`` (None, or :func:`servingcap.configsearch.confirm`'s
+    ``top``, ``most``, ``budget`` and ``holds``)."""
     from .configsearch import DESIGNS, DTYPES, load_model, parse_price, resolve_prices
     from .planning import PoissonWorkload
     from .roofline import gpu_table
@@ -260,6 +284,18 @@ def settings(given: dict) -> dict:
     scheduler = o["scheduler"]
     if scheduler is not None and workers is not None:
         raise cli.InputError("--workers and --scheduler are alternatives; give one")
+    confirm = None
+    if "confirm" in given:
+        top = cli._whole("confirm", given["confirm"])
+        confirm = {"top": top, "most": max(top, _confirm_default("most")),
+                   "budget": cli._whole("confirm_budget",
+                                        given.get("confirm_budget", cli.DEFAULTS["budget"])),
+                   "holds": cli._number("confirm_holds",
+                                        given.get("confirm_holds", cli.DEFAULTS["holds"]))}
+    else:
+        for name in ("confirm_budget", "confirm_holds"):
+            if name in given:
+                raise cli._bad(name, given[name], "applies only to --confirm")
     cache = None
     if given.get("cache", True) is not False:
         cache = given.get("cache_dir", DEFAULT_CACHE)
@@ -290,7 +326,7 @@ def settings(given: dict) -> dict:
                                                            (".csv", ".json")),
         "plot": None if "plot" not in given else _path("plot", given["plot"], (".png",)),
         "progress": cli._flag("progress", o["progress"]), "scheduler": scheduler,
-        "workers": workers, "text": text}
+        "workers": workers, "text": text, "confirm": confirm}
 
 
 # --------------------------------------------------------------------------- output
@@ -300,15 +336,70 @@ def _ms(seconds) -> str:
     return "n/a" if seconds is None or math.isnan(seconds) else f"{1000 * seconds:.0f} ms"
 
 
-def render(result, s: dict) -> str:
-    """The report printed by ``search`` (plain text)."""
+def _statistics(result) -> str:
+    """A search's statistics in words: replications, hold times, requests."""
+    c = result.context
+    return (f"up to {c.budget} replications of {c.holds:g} hold times, at least "
+            f"{c.min_requests:,} requests each")
+
+
+def _header(width: int, extra: str = "") -> str:
+    return (f"{'rank':>4}  {'configuration':<{width}} {'replicas':>9} {'GPUs':>5} "
+            f"{'$/hour':>9} {'$/M good tokens (CI)':>22} {'attainment (CI)':>24} "
+            f"{'TTFT p99':>9} {'TPOT p99':>9}  one size below{extra}")
+
+
+def _ranking(ranked, width: int, screened: bool = False) -> list[str]:
+    """One line per ranked row; with ``screened``, each row's screening result after it
+    (a :func:`servingcap.configsearch.confirm` table)."""
+    lines = []
+    for row in ranked.itertuples():
+        star = "*" if row.pareto else " "
+        ci = f"{row.usd_per_mtok:.3g} ({row.usd_per_mtok_low:.3g}-{row.usd_per_mtok_high:.3g})"
+        att = (f"{row.attainment:.2%} ({100 * row.attainment_low:.2f}-"
+               f"{100 * row.attainment_high:.2f}%)")
+        size = (f"{int(row.prefill_replicas)}P+{int(row.decode_replicas)}D"
+                if row.design == "disaggregated" else f"{int(row.replicas)}")
+        line = (f"{row.rank:>4}{star} {row.label:<{width}} {size:>4} + {int(row.spares)} "
+                f"{int(row.gpus):>{max(5 - max(len(size) - 4, 0), 1)}} "
+                f"{row.usd_per_hour:>9.2f} {ci:>22} {att:>24} "
+                f"{_ms(row.ttft_p99_s):>9} {_ms(row.tpot_p99_s):>9}  {row.below_verdict}")
+        if screened:
+            line += ("  (screen: " + (f"#{int(row.screened_rank)} "
+                                      f"{row.screened_usd_per_mtok:.3g})"
+                                      if row.screened_status == "ranked"
+                                      else f"{row.screened_status})"))
+        lines.append(line)
+    return lines
+
+
+def _listed(t, prefix: str = "", where: str = "") -> list[str]:
+    """The refused, pruned and failed rows of a table, with their reasons."""
+    lines = []
+    for status in ("refused", "pruned", "failed"):
+        rows = t.loc[t["status"] == status]
+        if len(rows):
+            lines.append(f"{status.capitalize()}{where}:")
+            lines += [f"  {r.label}: {r.reason.removeprefix(prefix)}"
+                      for r in rows.itertuples()]
+    return lines
+
+
+def render(result, s: dict, confirmed=None) -> str:
+    """The report printed by ``search`` (plain text); with ``confirmed`` (the
+    :func:`servingcap.configsearch.confirm` of ``result``), the confirmation's ranking
+    after the screen's, and both conclusions last, each naming its statistics."""
     from .configsearch import PRICE_TOLERANCE, conclusion
 
     t = result.table
     counts = {k: int((t["status"] == k).sum()) for k in ("ranked", "refused", "pruned",
                                                          "failed")}
     lim = s["limits"]
-    width = max([34, *map(len, result.ranked["label"])])
+    labels = list(result.ranked["label"])
+    if confirmed is not None:
+        labels += list(confirmed.ranked["label"])
+    width = max([34, *map(len, labels)])
+    tolerance = s.get("price_tolerance", PRICE_TOLERANCE)
     lines = [
         f"Configuration search: {result.model} at {result.rate:g} req/s ({s['text']})",
         f"SLO: TTFT <= {_ms(lim['ttft_s'])} and TPOT <= {_ms(lim['tpot_s'])} for >= "
@@ -324,23 +415,10 @@ def render(result, s: dict) -> str:
         f"{counts['pruned']} pruned, {counts['failed']} failed; {result.simulated} simulated, "
         f"{result.from_cache} read from the cache",
         "",
-        f"{'rank':>4}  {'configuration':<{width}} {'replicas':>9} {'GPUs':>5} {'$/hour':>9} "
-        f"{'$/M good tokens (CI)':>22} {'attainment (CI)':>24} {'TTFT p99':>9} {'TPOT p99':>9}  "
-        "one size below",
+        _header(width),
+        *_ranking(result.ranked, width),
+        "   (* on the Pareto front of cost per million good tokens vs p99 TTFT)",
     ]
-    for row in result.ranked.itertuples():
-        star = "*" if row.pareto else " "
-        ci = f"{row.usd_per_mtok:.3g} ({row.usd_per_mtok_low:.3g}-{row.usd_per_mtok_high:.3g})"
-        att = (f"{row.attainment:.2%} ({100 * row.attainment_low:.2f}-"
-               f"{100 * row.attainment_high:.2f}%)")
-        size = (f"{int(row.prefill_replicas)}P+{int(row.decode_replicas)}D"
-                if row.design == "disaggregated" else f"{int(row.replicas)}")
-        lines.append(
-            f"{row.rank:>4}{star} {row.label:<{width}} {size:>4} + {int(row.spares)} "
-            f"{int(row.gpus):>{max(5 - max(len(size) - 4, 0), 1)}} {row.usd_per_hour:>9.2f} "
-            f"{ci:>22} {att:>24} "
-            f"{_ms(row.ttft_p99_s):>9} {_ms(row.tpot_p99_s):>9}  {row.below_verdict}")
-    lines.append("   (* on the Pareto front of cost per million good tokens vs p99 TTFT)")
     split = t.loc[t["design"] == "disaggregated"]
     if len(split):
         links = ", ".join(f"{gpu} {gbps:g} GB/s" for gpu, gbps in split.groupby(
@@ -349,13 +427,35 @@ def render(result, s: dict) -> str:
             "   disagg: a prefill pool (P, whole prompts up to the budget) and a decode pool "
             "(D) of one GPU type, a spare in each; sized by a heuristic two-pool search "
             f"(one size below: each pool one fewer); KV link {links or 'n/a'}")
-    for status in ("refused", "pruned", "failed"):
-        rows = t.loc[t["status"] == status]
-        if len(rows):
-            lines.append(f"{status.capitalize()}:")
-            lines += [f"  {r.label}: {r.reason.removeprefix('pruned: ')}"
-                      for r in rows.itertuples()]
-    lines += ["", conclusion(t, s.get("price_tolerance", PRICE_TOLERANCE))]
+    lines += _listed(t, prefix="pruned: ")
+    if confirmed is None:
+        lines += ["", conclusion(t, tolerance)]
+        return "\n".join(lines)
+    c = confirmed.table
+    done = c["status"].isin(["ranked", "failed"])
+    again = c["status"] == "pruned"
+    k = s["confirm"]
+    lines += [
+        "",
+        f"Confirmation (--confirm {k['top']}): the screen's {k['top']} cheapest, the others "
+        f"it did not separate from its cheapest ({k['most']} at most), then every "
+        "configuration whose fluid bound is below the confirmed answer, sized again at "
+        f"{_statistics(confirmed)}, starting at the screen's answer",
+        f"Confirmed: {int(done.sum())} configuration(s): {int((c['status'] == 'ranked').sum())}"
+        f" meet, {int((c['status'] == 'failed').sum())} failed; {int(again.sum())} pruned "
+        f"at confirmation; {confirmed.simulated} simulated, {confirmed.from_cache} read "
+        "from the cache",
+        "",
+        _header(width, "  (screen: rank $/M)"),
+        *_ranking(confirmed.ranked, width, screened=True),
+        "   (* on the Pareto front of the confirmed costs per million good tokens vs p99 "
+        "TTFT)",
+        *_listed(c.loc[c["status"] != "refused"], prefix="pruned at confirmation: ",
+                 where=" at confirmation"),
+        "",
+        f"Screen ({_statistics(result)}): {conclusion(t, tolerance)}",
+        f"Confirmed ({_statistics(confirmed)}): {conclusion(c, tolerance)}",
+    ]
     return "\n".join(lines)
 
 
@@ -387,16 +487,46 @@ def plot(result, path: str) -> None:
     plt.close(fig)
 
 
-def write_output(result, path: str, price_tolerance: float | None = None) -> None:
+def _stage_statistics(result) -> dict:
+    c = result.context
+    return {"budget": c.budget, "holds": c.holds, "min_requests": c.min_requests,
+            "confidence": c.confidence, "delta": c.delta}
+
+
+def write_output(result, path: str, price_tolerance: float | None = None,
+                 confirmed=None) -> None:
+    """Write ``result`` as ``.json`` (:meth:`SearchResult.to_dict`) or ``.csv`` (its table).
+    With ``confirmed`` (its :func:`servingcap.configsearch.confirm`), every row gets a
+    ``stage`` (``"screen"`` or ``"confirm"``): the CSV holds the screen's rows then the
+    confirmation's, the JSON the confirmation under ``"confirmation"``, each stage with
+    its ``"statistics"``."""
     import json
+
+    import pandas as pd
 
     from .configsearch import PRICE_TOLERANCE
 
     if path.lower().endswith(".json"):
         tol = PRICE_TOLERANCE if price_tolerance is None else price_tolerance
-        Path(path).write_text(json.dumps(result.to_dict(tol), indent=1) + "\n")
-    else:
+        data = result.to_dict(tol)
+        if confirmed is not None:
+            second = confirmed.to_dict(tol)
+            for stage, rows in (("screen", data["configurations"]),
+                                ("confirm", second["configurations"])):
+                for row in rows:
+                    row["stage"] = stage
+            data["statistics"] = _stage_statistics(result)
+            data["confirmation"] = {
+                "statistics": _stage_statistics(confirmed),
+                **{k: second[k] for k in ("configurations", "conclusion", "simulated",
+                                          "from_cache")}}
+        Path(path).write_text(json.dumps(data, indent=1) + "\n")
+    elif confirmed is None:
         result.table.to_csv(path, index=False)
+    else:
+        both = pd.concat([result.table.assign(stage="screen"),
+                          confirmed.table.assign(stage="confirm")], ignore_index=True)
+        both[["stage", *both.columns[:-1]]].to_csv(path, index=False)
 
 
 # --------------------------------------------------------------------------- main
@@ -423,13 +553,14 @@ def _executor(s: dict):
 
 
 class _Bar:
-    """One tick per configuration (tqdm on stderr)."""
+    """One tick per configuration (tqdm on stderr); ``total`` None when not known ahead
+    (the confirmation's)."""
 
-    def __init__(self, enabled: bool, total: int):
+    def __init__(self, enabled: bool, total: int | None, desc: str = "configurations"):
         self.bar = None
         if enabled:
             from tqdm import tqdm
-            self.bar = tqdm(total=total, desc="configurations", unit=" config",
+            self.bar = tqdm(total=total, desc=desc, unit=" config",
                             file=sys.stderr, leave=False, dynamic_ncols=True)
 
     def __call__(self, row: dict) -> None:
@@ -445,7 +576,7 @@ class _Bar:
 
 
 def main(argv=None) -> int:
-    from .configsearch import grid, search
+    from .configsearch import confirm, grid, search
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
@@ -478,9 +609,17 @@ def main(argv=None) -> int:
               "tensor cores)", file=sys.stderr)
         return 2
     bar = _Bar(s["progress"], total)
+    confirmed = None
     try:
         with cli._stopped_by_signals():
             result = search(**kwargs, executor=executor, progress=bar)
+            bar.close()
+            if s["confirm"] is not None and not result.ranked.empty:
+                bar = _Bar(s["progress"], None, desc="confirming")
+                confirmed = confirm(result, **s["confirm"], wave=s["wave"],
+                                    min_requests=result.context.min_requests,
+                                    executor=executor, cache_dir=s["cache_dir"],
+                                    progress=bar)
     except cli._Stopped as stop:
         bar.close()
         close()
@@ -499,10 +638,13 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: --model-config {s['model']} fits no configuration of the grid "
               f"(first: {t['label'].iloc[0]}: {t['reason'].iloc[0]})", file=sys.stderr)
         return 2
-    print(render(result, s))
+    print(render(result, s, confirmed))
+    if s["confirm"] is not None and confirmed is None:
+        print(f"\nConfirmation (--confirm {s['confirm']['top']}): nothing to confirm, the "
+              "screen ranks no configuration")
     try:
         if s["output"] is not None:
-            write_output(result, s["output"], s["price_tolerance"])
+            write_output(result, s["output"], s["price_tolerance"], confirmed)
         if s["plot"] is not None:
             plot(result, s["plot"])
     except OSError as exc:

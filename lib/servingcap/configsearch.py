@@ -922,6 +922,10 @@ def conclusion(table: pd.DataFrame, price_tolerance: float = PRICE_TOLERANCE) ->
             f"{_money(best['usd_per_mtok'])} per million good output tokens "
             f"({_money(best['usd_per_mtok_low'])}-{_money(best['usd_per_mtok_high'])})")
     if len(ranked) == 1:
+        pruned = int((table["status"] == "pruned").sum())
+        if pruned:          # a pruned row's lower bound costs more than the cheapest's
+            return (head + f"; no other configuration was shown to meet the SLO ({pruned} "
+                    "pruned: a lower bound on each one's cost is above this one's).")
         return head + "; no other configuration meets the SLO."
     others = ranked.iloc[1:]
     gaps = others["usd_per_mtok"] / best["usd_per_mtok"] - 1
