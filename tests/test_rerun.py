@@ -83,7 +83,7 @@ CHANGED_PARAMETER = {
     "step_time": ("CAL_REQUESTS", 200),
     "two_slos": ("N_REQUESTS", 2_000),
     "chunked_prefill": ("TTFT_SLO_S", 2.0),
-    "kv_memory": ("MOONCAKE_SLICE_S", 300.0),
+    "kv_memory": ("PROMPT", 16_000),
     "goodput": ("N_LOAD", 400),
     "scheduling_policies": ("N_SWEEP", 1_500),
     "admission_control": ("RUN_S", 200.0),
@@ -101,7 +101,7 @@ CHANGED_PARAMETER = {
 # each one differs from the book's, and that no markdown cell gluing it also types the
 # book's word itself (a sentence that would then contradict itself). Chapters absent here
 # print no verdict that their changed parameter flips (admission_control, fast_model,
-# kv_memory, littles_law, offered_load, step_time, variance_penalty; fleet_sizing's flips
+# littles_law, offered_load, step_time, variance_penalty; fleet_sizing's flips
 # are numbers), measured on 2026-12-02 by re-running each and comparing every glued word.
 FLIPS = {
     "agent_amplification": ("sim_agree",),
@@ -109,6 +109,7 @@ FLIPS = {
     "choosing_hardware": ("tie_8b", "tie_70b"),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
+    "kv_memory": ("bind_80",),
     "scheduling_policies": ("first_not_ok_best",),
     "tail_latency": ("ex1_mid_in_rel",),
     "two_slos": ("ex2_large_word",),
