@@ -54,6 +54,13 @@ cheapest configuration with and without pruning: L40S tp1 fp8 mixed/2048, 9 + 1 
 grid, L40S fp8 with both pools at TP 1, needs 12 GPUs and $0.519 per million good tokens
 (+20 %, third of the grid).
 
+**At plan's full statistics** (``--holds 20 --budget 16 --min-requests 2000``, the
+colocated 60-configuration grid), measured 2026-12-02 with load average 2-3 from other
+jobs: with pruning 134 s wall, 156 s CPU, 4 simulated and 56 pruned, under the 600 s
+target; cheapest L40S tp1 fp8 mixed/512 B32, 8 + 1 replicas, $0.39 per million good
+tokens ($0.389-$0.393), runner-up L40S tp1 fp8 mixed/2048 not separated from it. (The
+run without pruning was stopped: at these statistics it takes well over the target.)
+
 Not run by CI (minutes). Usage::
 
     .venv/bin/python bench/search_speed.py                   # defaults below
