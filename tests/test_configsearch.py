@@ -526,3 +526,29 @@ def test_cli_confirm_reports_and_writes_the_confirmed_ranking(capsys, tmp_path):
     both = table.loc[table["stage"] == "confirm"].reset_index(drop=True)
     assert list(both["status"]) == list(confirmed.table["status"])
     assert list(both["screened_status"]) == list(screen.table["status"])
+
+
+def test_cli_config_file_gives_the_same_search_and_the_command_line_wins(capsys, tmp_path):
+    # the flags of test_cli_report_output_and_plot as a TOML file: lists and a price table
+    flags = [*BASE, "--gpus", "L40S", "--tp", "1", "--price", "L40S=1",
+             "--prompt-tokens", "50", "--output-tokens", "2"]
+    code, by_flags, err = _cli(capsys, *flags)
+    assert code == 0, err
+    config = tmp_path / "search.toml"
+    config.write_text(
+        "[search]\nmodel-config = \"Llama-3.1-8B\"\nrate = 2\nprompt-tokens = 50\n"
+        "output-tokens = 2\nbudgets = [512]\nmax-batch = 8\nbudget = 2\nholds = 1\n"
+        "workers = 1\nno-progress = true\ndtypes = [\"bf16\"]\ngpus = [\"L40S\"]\n"
+        "tp = [1]\nprice = { L40S = 1 }\n")
+    code, by_file, err = _cli(capsys, "--config", str(config),
+                              "--no-cache")
+    assert code == 0, err
+    assert by_file == by_flags
+    code, out, err = _cli(capsys, "--config", str(config), "--no-cache", "--price", "L40S=2")
+    assert code == 0, err
+    assert "  L40S         2.000  command line" in out          # the command line wins
+    config.write_text("rate = 2\nbogus = 1\n")
+    code, out, err = _cli(capsys, "--config", str(config), *BASE)
+    assert code == 2 and out == "" and "unknown key 'bogus'" in err
+    code, out, err = _cli(capsys, "--config", str(tmp_path / "missing.toml"), *BASE)
+    assert code == 2 and "--config" in err

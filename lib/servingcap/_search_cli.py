@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cost gap below which the last line calls a configuration a tie on "
                         "price with the cheapest, percent (default 10, a convention)")
     g = p.add_argument_group("output")
+    g.add_argument("--config", type=str, metavar="FILE.toml", default=S,
+                   help="options from a TOML file: keys are the long option names (gpus = "
+                        "\"L40S,H200\" or a list; price = { H100-SXM = 2.5 }; a lone "
+                        "[search] table is read as the file); the command line wins")
     g.add_argument("--output", type=str, metavar="FILE.csv|FILE.json", default=S,
                    help="also write every configuration's row (.csv) or the whole result (.json)")
     g.add_argument("--plot", type=str, metavar="FILE.png", default=S,
@@ -174,6 +178,24 @@ def _path(name: str, value, suffixes) -> str:
     if not Path(value).resolve().parent.is_dir():
         raise cli._bad(name, value, "must be in an existing directory")
     return value
+
+
+def with_config(given: dict, parser: argparse.ArgumentParser) -> dict:
+    """The parsed options ``given``, under the options of their ``config`` TOML file
+    (the command line wins). A list value is a comma-separated list; ``price`` may be a
+    table of GPU names to US dollars per GPU-hour, or a list of ``GPU=USD``."""
+    if "config" not in given:
+        return given
+    keys = tuple(a.dest for a in parser._actions if a.dest not in ("help", "config"))
+    raw = cli._load_config(given["config"], keys, "search")
+    for key, value in raw.items():
+        if key == "price" and isinstance(value, dict):
+            raw[key] = [f"{gpu}={usd}" for gpu, usd in value.items()]
+        elif key == "price" and isinstance(value, str):
+            raw[key] = [value]
+        elif isinstance(value, list) and key != "price":
+            raw[key] = ",".join(str(v) for v in value)
+    return {**raw, **{k: v for k, v in given.items() if k != "config"}}
 
 
 def settings(given: dict) -> dict:
@@ -579,9 +601,10 @@ def main(argv=None) -> int:
     from .configsearch import confirm, grid, search
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    given = vars(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        given = with_config(vars(args), parser)
         s = settings(given)
         executor, close = _executor(s)
     except (cli.InputError, ValueError) as exc:
