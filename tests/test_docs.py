@@ -95,3 +95,19 @@ def test_glued_values_are_plain_python_numbers():
                 if name and text.startswith(("np.", "numpy.")):
                     bad.append(f"{page.stem}:{name}={text}")
     assert not bad, bad
+
+
+def test_every_doc_reference_names_a_page_of_the_book():
+    # {doc}`name` resolves relative to the page that holds it: a chapter that names an
+    # appendix must write ../appendices/name. A dangling one is a warning, and the book
+    # is built with warnings as errors, so it would fail only there, minutes later.
+    pages = [*ROOT.glob("chapters/*.ipynb"), *ROOT.glob("chapters/*.md"),
+             *ROOT.glob("appendices/*.ipynb"), *ROOT.glob("appendices/*.md"),
+             *ROOT.glob("*.md")]
+    missing = []
+    for page in pages:
+        for target in re.findall(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`", page.read_text()):
+            path = (page.parent / target) if not target.startswith("/") else ROOT / target[1:]
+            if not any(path.with_name(path.name + ext).exists() for ext in (".ipynb", ".md")):
+                missing.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not missing, missing
