@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import signal
 import sys
 import threading
@@ -1683,5 +1684,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """Leave the process with ``code``. A run stopped by a signal (128 + signal number)
+    has printed its report and terminated its pool's workers; it leaves at once
+    (``os._exit``, after flushing), since the interpreter's own shutdown joins the
+    pool's management threads, and a pool stopped mid-task can keep that join waiting
+    (CI saw a SIGTERM'd plan print its report and then not exit for 30 s)."""
+    if code > 128:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

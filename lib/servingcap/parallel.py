@@ -111,6 +111,10 @@ def _worker_start(parent: int) -> None:
     threading.Thread(target=watch, name="servingcap-parent-watch", daemon=True).start()
 
 
+STOP_GRACE_S = 2.0
+"""How long :func:`stop_pool` waits for a terminated worker before killing it (s)."""
+
+
 def stop_pool() -> None:
     """Stop the shared local pool at once: terminate its workers (their running tasks
     are lost) and drop it; the next ``"auto"`` call starts a new one. For a program
@@ -120,9 +124,14 @@ def stop_pool() -> None:
     if pool is None:
         return
     threading.excepthook = _quiet_cancelled
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         if process.is_alive():
             process.terminate()
+    for process in processes:      # a worker still starting may not yet obey SIGTERM
+        process.join(STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
 
