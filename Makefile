@@ -71,7 +71,7 @@ $(BOOK_INDEX): $(STAMP) $(KERNEL_CONFIG) $(BOOK_SOURCES)
 
 # lint first: a ruff error fails `make test` before minutes of tests run
 test: lint $(STAMP) $(KERNEL_CONFIG)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope $(NBVAL) chapters appendices tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope --durations=30 $(NBVAL) chapters appendices tests
 
 # All run on every core (pytest-xdist). `make test` runs the unit tests and nbval in
 # one session so that neither waits for the other's slowest file; chapters come first,
