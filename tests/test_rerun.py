@@ -88,7 +88,7 @@ CHANGED_PARAMETER = {
     "scheduling_policies": ("N_SWEEP", 1_500),
     "admission_control": ("RUN_S", 200.0),
     "tail_latency": ("TIMEOUT_S", 10.0),
-    "fleet_sizing": ("N_QUEUE", 20_000),
+    "fleet_sizing": ("ARRIVAL_RATE", 15.0),
     "capacity_planning": ("TARGET", 0.95),
     "choosing_hardware": ("PRICE_TOLERANCE", 0.15),
 }
@@ -100,15 +100,16 @@ CHANGED_PARAMETER = {
 # parameter above flips such a glued word, the keys it must flip. The test checks that
 # each one differs from the book's, and that no markdown cell gluing it also types the
 # book's word itself (a sentence that would then contradict itself). Chapters absent here
-# print no verdict that their changed parameter flips (admission_control, fast_model,
-# littles_law, offered_load, step_time, variance_penalty; fleet_sizing's flips
-# are numbers), measured on 2026-12-02 by re-running each and comparing every glued word.
+# print no glued verdict word (littles_law, offered_load) or none that a parameter
+# change flipped when tried (admission_control), measured on 2026-12-02 by re-running
+# each and comparing every glued word. utilization_knee's flip is checked above.
 FLIPS = {
     "agent_amplification": ("sim_agree",),
     "capacity_planning": ("ex1_verdict",),
     "choosing_hardware": ("tie_8b", "tie_70b"),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "fast_model_slow_product": ("chunk_verdict_fused",),
+    "fleet_sizing": ("random_slo", "disagg_vs"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
     "kv_memory": ("bind_80",),
     "scheduling_policies": ("first_not_ok_best",),
@@ -157,10 +158,12 @@ def test_every_chapter_has_a_rerun_parameter():
 # depend on them. choosing_hardware's tie words come from the screen (and the split
 # search's price comparison), never from the confirmation, so its re-run confirms one
 # configuration per model at the screen's statistics (the book's confirmation takes about
-# 2 of its 3.5 minutes). fleet_sizing flips no glued word (its flips are numbers), so
-# its re-run needs only to show that N_QUEUE changes an output: fewer routing
-# replications, shorter router-comparison runs and smaller comparison budgets take it
-# from about 77 s to 56 s (measured 2026-12-02) without touching N_QUEUE's cells.
+# 2 of its 3.5 minutes). fleet_sizing's flipped words (the random router's verdict,
+# the split fleet's count against the colocated one) come from the decided fleet
+# searches, not the routing or comparison replications: fewer of those and shorter
+# router-comparison runs take its re-run from about 77 s to 56 s (measured
+# 2026-12-02). The other three chapters' re-runs shrink their samples, as the book's
+# CHANGED_PARAMETER entries did before they were given a verdict-flipping parameter.
 CHEAPER = {
     "choosing_hardware": {"CONFIRM_TOP": 1, "CONFIRM_BUDGET": 5, "CONFIRM_HOLDS": 2.0,
                           "CONFIRM_MIN_REQUESTS": 300},
