@@ -112,7 +112,7 @@ FLIPS = {
     "kv_memory": ("bind_80",),
     "scheduling_policies": ("first_not_ok_best",),
     "tail_latency": ("ex1_mid_in_rel",),
-    "two_slos": ("ex2_large_word",),
+    "two_slos": ("ex2_best_word",),
 }
 
 
