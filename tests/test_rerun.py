@@ -115,7 +115,7 @@ FLIPS = {
     "scheduling_policies": ("first_not_ok_best",),
     "step_time": ("ref_reach",),
     "tail_latency": ("ex1_mid_in_rel",),
-    "two_slos": ("ex2_large_word",),
+    "two_slos": ("ex2_best_word",),
     "variance_penalty": ("naive_verdict",),
 }
 

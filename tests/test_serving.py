@@ -1,5 +1,6 @@
 """The iteration-level serving simulator: accounting, limits, closed-form agreement."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -111,6 +112,16 @@ def test_unperturbed_request_has_constant_tpot_and_phase_arithmetic():
     # with a constant step the same request is the seed's 0.25 s + 299 x 30 ms = 9.22 s
     flat = simulate(reqs, Replica(decode_step_s=LOCKED.decode_step_s, **SEED)).iloc[0]
     assert flat.e2e_s == pytest.approx(LOCKED.e2e_s, abs=1e-9)
+
+
+def test_token_cap_follows_the_mode_through_replace():
+    # the cap is computed once per Replica (the engine asks for it every step); a
+    # dataclasses.replace that changes mode or max_batched_tokens must recompute it
+    mixed = Replica()
+    assert mixed.token_cap() == LOCKED.token_budget
+    assert dataclasses.replace(mixed, max_batched_tokens=512).token_cap() == 512
+    assert dataclasses.replace(mixed, mode="combined").token_cap() == math.inf
+    assert dataclasses.replace(mixed, mode="prefill_first").token_cap() == math.inf
 
 
 def test_lone_request_on_the_default_fused_mixed_replica():

@@ -240,6 +240,7 @@ class Replica:
     weight_read_s: float | None = None
     _decode: Callable = field(init=False, repr=False, compare=False)
     _weight: float = field(init=False, repr=False, compare=False)
+    _cap: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         _check.positive("prefill_rate", self.prefill_rate)
@@ -266,6 +267,9 @@ class Replica:
         if self.step_time is not None and not callable(self.step_time):
             raise ValueError(f"step_time must be callable, got {self.step_time!r}")
         self._check_mode()
+        # the step's token cap, computed once: LOCKED.token_budget re-derives it from the
+        # locked numbers, and the engine asks for it twice per planned step
+        object.__setattr__(self, "_cap", self._token_cap())
         _flag("shed_past_deadline", self.shed_past_deadline)
         _flag("preemptive", self.preemptive)
         if self.step_time is not None and not getattr(self.step_time, "wants_detail", False):
@@ -303,6 +307,9 @@ class Replica:
     def token_cap(self) -> float:
         """Tokens one step may hold in this mode (inf: no cap). ``mixed`` without a
         ``max_batched_tokens`` uses the book's budget, ``LOCKED.token_budget``."""
+        return self._cap
+
+    def _token_cap(self) -> float:
         if self.mode == "combined":
             return math.inf
         if self.max_batched_tokens is None:
