@@ -89,6 +89,41 @@ def test_bootstrap_workload_is_seeded_and_hits_the_load():
         pol.bootstrap_workload(m, 0, 0.5)
 
 
+def test_saturated_rate_measures_what_a_backlog_finishes():
+    m = mix(400)
+    # additive step: capacity_rate is exact, so the measured rate must agree with it
+    # within sampling error. 5 replications of 1,500 resampled requests give a half-width
+    # of about 1 % (t over 5); 3 % leaves room for the interval's own error.
+    seed = Replica(max_batch=8, mode="combined", step_cost="additive")
+    est = pol.saturated_rate(m, seed, n=1_500, replications=5, seed=3)
+    assert est.value == pytest.approx(pol.capacity_rate(m, seed), rel=0.03)
+    assert est.low <= est.value <= est.high and est.n == 5
+    again = pol.saturated_rate(m, seed, n=1_500, replications=5, seed=3)
+    assert again.value == est.value                        # seeded
+    # fused step: capacity_rate rests on a lower bound of the work, so what the replica
+    # finishes is below it (here by far more than the interval's width)
+    fused = Replica(max_batch=8)
+    meas = pol.saturated_rate(m, fused, n=1_500, replications=5, seed=3)
+    assert meas.high < pol.capacity_rate(m, fused)
+    # one slot, additive: one request at a time, so the rate is 1 / mean service time
+    one = Replica(max_batch=1, mode="combined", step_cost="additive")
+    est1 = pol.saturated_rate(m, one, n=1_500, replications=5, seed=3)
+    assert est1.value == pytest.approx(1 / pol.unqueued_e2e_s(m, one).mean(), rel=0.05)
+    # the measured rate defines a load for bootstrap_workload
+    w = pol.bootstrap_workload(m, 20_000, 0.5, fused, rng=1, capacity=meas.value)
+    assert len(w) / w.arrival_s.iloc[-1] == pytest.approx(0.5 * meas.value, rel=0.03)
+    for bad, match in (({"n": 5}, "n must"), ({"replications": 1}, "replications"),
+                       ({"trim": 0.5}, "trim"), ({"trim": -0.1}, "trim"),
+                       ({"seed": -1}, "seed"), ({"replica": "x"}, "replica")):
+        with pytest.raises(ValueError, match=match):
+            pol.saturated_rate(m, **({"replica": seed} | bad))
+    with pytest.raises(ValueError, match="n=10"):                # one step finishes all
+        pol.saturated_rate(m.assign(prompt_tokens=10, output_tokens=5), Replica(max_batch=64),
+                           n=10)
+    with pytest.raises(ValueError, match="capacity"):
+        pol.bootstrap_workload(m, 10, 0.5, capacity=0.0)
+
+
 def test_slo_deadlines_and_noisy_predictions():
     reqs = pd.DataFrame({"arrival_s": [0.0, 5.0], "prompt_tokens": [10, 10],
                          "output_tokens": [1, 301]})

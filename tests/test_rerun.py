@@ -112,7 +112,7 @@ FLIPS = {
     "fleet_sizing": ("random_slo", "disagg_vs"),
     "goodput": ("knee_vs_cap", "fused_knee_word"),
     "kv_memory": ("bind_80",),
-    "scheduling_policies": ("first_not_ok_best",),
+    "scheduling_policies": ("ex4_first_meet",),
     "step_time": ("ref_reach",),
     "tail_latency": ("ex1_mid_in_rel",),
     "two_slos": ("ex2_best_word",),

@@ -5,7 +5,8 @@ output of :func:`servingcap.serving.simulate`:
 
 - the workload: :func:`unqueued_e2e_s` (a request alone on an idle replica),
   :func:`full_batch_work_s` and :func:`capacity_rate` (replica time per request when the
-  batch is full, and the saturation rate it implies), :func:`bootstrap_workload`
+  batch is full, and the saturation rate it implies), :func:`saturated_rate` (the
+  completion rate a simulated backlog measures), :func:`bootstrap_workload`
   (real (prompt, output) pairs at a chosen fraction of that capacity);
 - the inputs a policy needs: :func:`slo_deadlines` (E2E deadline from the TTFT and TPOT
   objectives), :func:`noisy_predictions` (an output-length predictor with lognormal error);
@@ -24,13 +25,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _check
+from . import _check, stats
 from ._check import UnstableQueueError
-from .serving import Replica, StepDetail
+from .serving import Replica, StepDetail, simulate
 from .slo import latencies
 
 __all__ = [
-    "unqueued_e2e_s", "full_batch_work_s", "capacity_rate", "bootstrap_workload",
+    "unqueued_e2e_s", "full_batch_work_s", "capacity_rate", "saturated_rate",
+    "bootstrap_workload",
     "slo_deadlines", "noisy_predictions", "queue_wait_s", "slowdown", "length_buckets",
     "bucket_summary", "latency_summary", "deadline_miss_rate", "priority_waits",
     "mean_unfinished_work_s", "busy_time_s",
@@ -115,10 +117,65 @@ def capacity_rate(requests, replica: Replica | None = None) -> float:
     return float(1.0 / work.mean())
 
 
+@_check.guarded
+def saturated_rate(requests, replica: Replica | None = None, n: int = 2_000,
+                   replications: int = 5, trim: float = 0.2,
+                   seed: int = 0) -> stats.Estimate:
+    """Completion rate of one replica kept saturated by a backlog (requests/s), measured.
+
+    Each replication draws ``n`` (prompt, output) pairs jointly, with replacement, from
+    ``requests``, lets them all arrive at ``t = 0`` (a backlog that keeps the batch full)
+    and simulates them FCFS on ``replica``. Its rate is the completions per second between
+    the finish of the ``trim * n``-th and the ``(1 - trim) * n``-th request, so the
+    batch filling at the start (warm-up) and the drain at the end are cut. The estimate is
+    the mean over ``replications`` (seeds ``stats.replication_seeds(seed, ...)``) with a
+    Student-t interval (:func:`servingcap.stats.mean_ci`, clipped at 0).
+
+    :func:`capacity_rate` is exact for the additive step, but for the fused step it rests
+    on a lower bound of the work per request (a fused step packs prompt chunks and decodes
+    imperfectly), so it overstates what the replica finishes; this measures it. Use it as
+    ``bootstrap_workload(..., capacity=saturated_rate(...).value)``.
+
+    Parameters
+    ----------
+    requests : DataFrame with ``prompt_tokens`` and ``output_tokens`` (tokens).
+    replica : Replica (default: the locked replica).
+    n : int, requests per replication, >= 10.
+    replications : int, >= 2 (for an interval).
+    trim : float, share of the requests cut at each end, in [0, 0.45].
+    seed : int >= 0.
+    """
+    prompt = _tokens(requests, "prompt_tokens")
+    output = _tokens(requests, "output_tokens")
+    if prompt.size == 0:
+        raise ValueError("requests must not be empty")
+    rep = _replica(replica)
+    n = _check.size("n", n, minimum=10)
+    replications = _check.size("replications", replications, minimum=2)
+    trim = _check.nonnegative("trim", trim)
+    if trim > 0.45:
+        raise ValueError(f"trim must be in [0, 0.45], got {trim!r}")
+    lo = int(np.floor(trim * n))
+    hi = n - 1 - lo
+    rates = []
+    for ss in stats.replication_seeds(seed, replications):
+        pick = np.random.default_rng(ss).integers(0, prompt.size, n)
+        backlog = pd.DataFrame({"arrival_s": np.zeros(n),
+                                "prompt_tokens": prompt[pick].astype(np.int64),
+                                "output_tokens": output[pick].astype(np.int64)})
+        finish = np.sort(simulate(backlog, rep).finish_s.to_numpy())
+        span = finish[hi] - finish[lo]                  # s
+        if span <= 0:
+            raise ValueError(f"n={n!r} is too small for this replica: the kept requests "
+                             "all finish in one step; use n well above max_batch")
+        rates.append((hi - lo) / span)
+    return stats.mean_ci(rates, bounds=(0.0, np.inf))
+
+
 @_check.renames("source")
 @_check.guarded
 def bootstrap_workload(source, n: int, load: float, replica: Replica | None = None,
-                       rng=None) -> pd.DataFrame:
+                       rng=None, capacity: float | None = None) -> pd.DataFrame:
     """``n`` requests resampled from ``source``, Poisson arrivals at ``load`` x capacity.
 
     Parameters
@@ -135,22 +192,31 @@ def bootstrap_workload(source, n: int, load: float, replica: Replica | None = No
     replica : Replica
         Defines the capacity (default: the locked replica).
     rng : numpy.random.Generator or seed
+    capacity : float, optional
+        The saturation rate ``load`` is a fraction of (requests/s, > 0), e.g. a measured
+        :func:`saturated_rate`; default :func:`capacity_rate` of ``source`` on ``replica``.
 
     Returns
     -------
     DataFrame with ``arrival_s`` (s, first arrival after one inter-arrival gap),
     ``prompt_tokens``, ``output_tokens`` (tokens).
     """
+    prompt = _tokens(source, "prompt_tokens")
+    output = _tokens(source, "output_tokens")
+    if prompt.size == 0:
+        raise ValueError("source must not be empty")
     n = _check.size("n", n)
     load = _check.positive("load", load)
-    rate = load * capacity_rate(source, replica)
-    _check.finite_result(1.0 / rate, f"1 / (load={load!r} x capacity_rate(source))")
+    cap = (capacity_rate(source, replica) if capacity is None
+           else _check.positive("capacity", capacity))
+    rate = load * cap
+    _check.finite_result(1.0 / rate, f"1 / (load={load!r} x capacity={cap!r})")
     rng = _check.generator("rng", rng)
-    pick = rng.integers(0, len(source), n)
+    pick = rng.integers(0, prompt.size, n)
     return pd.DataFrame({
         "arrival_s": np.cumsum(rng.exponential(1.0 / rate, n)),
-        "prompt_tokens": source["prompt_tokens"].to_numpy()[pick].astype(np.int64),
-        "output_tokens": source["output_tokens"].to_numpy()[pick].astype(np.int64),
+        "prompt_tokens": prompt[pick].astype(np.int64),
+        "output_tokens": output[pick].astype(np.int64),
     })
 
 
