@@ -108,7 +108,7 @@ FLIPS = {
     "capacity_planning": ("ex1_verdict",),
     "choosing_hardware": ("tie_8b", "tie_70b"),
     "chunked_prefill": ("verdict_add", "slack_word"),
-    "goodput": ("knee_vs_cap", "fused_knee_word"),
+    "goodput": ("fused_knee_word",),
     "kv_memory": ("bind_80",),
     "scheduling_policies": ("first_not_ok_best",),
     "tail_latency": ("ex1_mid_in_rel",),
