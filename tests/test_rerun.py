@@ -110,7 +110,7 @@ FLIPS = {
     "chunked_prefill": ("verdict_add", "slack_word"),
     "fast_model_slow_product": ("chunk_verdict_fused",),
     "fleet_sizing": ("random_slo", "disagg_vs"),
-    "goodput": ("knee_vs_cap", "fused_knee_word"),
+    "goodput": ("fused_knee_word",),
     "kv_memory": ("bind_80",),
     "scheduling_policies": ("ex4_first_meet",),
     "step_time": ("ref_reach",),
