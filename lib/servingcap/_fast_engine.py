@@ -276,7 +276,7 @@ class FastEngine(_Engine):
                 if used + need > limit:
                     break                                 # head of line waits for memory
                 used += need
-            if capped and not self._fits(i, room):
+            if capped and (room <= 0 if self.mixed else not self._fits(i, room)):
                 break                                     # the step's token cap is full
             heapq.heappop(heap)
             self._start(i, now)
@@ -475,7 +475,6 @@ class FastEngine(_Engine):
             mixed and heap and (self.preemptive or not full_batch))
         steps = n + 1 if last else n
         decoding = len(self.joined)
-        finish = 0
         if decoding:                                    # ticks to the next finish
             finish = (self._next_finish() if evicts else self.finishes[0][0]) - self.ticks
             if finish < steps:
@@ -575,7 +574,7 @@ class FastEngine(_Engine):
         if self.repeat <= 1:
             return
         if not self.chunk_run:
-            super().cut(t)
+            _Engine.cut(self, t)                        # (super() costs more: hot path)
             return
         if self.busy_until == math.inf or (len(self.running) >= self.max_batch
                                            and not self.preemptive):
