@@ -31,7 +31,9 @@ an unchanging decode batch) when no step of the run could admit or preempt anyth
 the reference does, so every time is the same float. A chunk run also takes the
 prompt's last chunk when nothing could be admitted at its start, and in mixed mode
 (without timeouts, memory limit, preemption or prefix cache) the decode steps that the
-prompt's first token leads into, up to the next finish (its *tail*). An arrival that
+prompt's first token leads into, up to the next finish (its *tail*): then a prompt
+prefilled in one step (its only chunk, with budget to spare) and its tail are one run
+too. An arrival that
 could join cuts either kind of run at the next step boundary at or after it (in mixed
 mode, a chunk run only before a last chunk that leaves budget, or in its tail: a
 full-budget step admits nothing). A reader's cost model
@@ -461,7 +463,9 @@ class FastEngine(_Engine):
         old decodes and the prompt (nothing is left to prefill, and the queue is
         empty or the batch full) until the first finish, and so does this run. An
         arrival cuts the tail as such a decode run (:meth:`cut`). No tail when a
-        decode finishes at the run's end or the prompt wants one token."""
+        decode finishes at the run's end or the prompt wants one token. With a tail,
+        a last chunk alone (the whole prompt, with budget to spare) is a run too:
+        :meth:`plan` asks for one."""
         limit, heap, mixed, evicts = self.limit, self.queue.heap, self.mixed, self.evicts
         if evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
@@ -610,8 +614,6 @@ class FastEngine(_Engine):
         if self.chunk_run:                             # a chunk run
             self.chunk_run = False
             tail, repeat = self.tail, self.run_steps
-            if tail:
-                now = self.tail_start                  # the chunk run ends there
             if decoding:
                 # one entry for the run, its largest gap: no sequence joins or leaves
                 # inside a run, so every later max over the log sees all of it
@@ -626,17 +628,18 @@ class FastEngine(_Engine):
                 self.ticks += repeat
             (i, take), = self.step_chunks
             rest = self.run_last
-            full = repeat - 1 if rest else repeat
-            s.left[i] -= take * full
-            self.work -= self.step_work * full
             self.bounds = None
             if rest:                                   # the last chunk: first token
                 s.left[i] = 0
-                self.work -= rest + decoding
+                self.work -= self.step_work * (repeat - 1) + rest + decoding
                 del self.prefilling[0]
-                self._first_token(i, now)
+                # (a tail: the chunk run ends where it starts)
+                self._first_token(i, self.tail_start if tail else now)
+            else:
+                s.left[i] -= take * repeat
+                self.work -= self.step_work * repeat
             if tail:                                   # then the decode steps after it
-                self.tail, now = 0, self.busy_until
+                self.tail = 0
                 self._decode_run(now, self.tail_start, tail, decoding + 1)
         else:
             if decoding:
