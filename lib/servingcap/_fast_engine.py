@@ -31,7 +31,9 @@ an unchanging decode batch) when no step of the run could admit or preempt anyth
 the reference does, so every time is the same float. A chunk run also takes the
 prompt's last chunk when nothing could be admitted at its start, and in mixed mode
 (without timeouts, memory limit, preemption or prefix cache) the decode steps that the
-prompt's first token leads into, up to the next finish (its *tail*). An arrival that
+prompt's first token leads into, up to the next finish (its *tail*): then a prompt
+prefilled in one step (its only chunk, with budget to spare) and its tail are one run
+too. An arrival that
 could join cuts either kind of run at the next step boundary at or after it (in mixed
 mode, a chunk run only before a last chunk that leaves budget, or in its tail: a
 full-budget step admits nothing). A reader's cost model
@@ -70,20 +72,13 @@ def engine(index: int, spec, req, queue, policy: str, shared: Shared) -> FastEng
 
 def _summed(start: float, duration: float, n: int) -> tuple[float, float]:
     """``start`` plus ``duration`` added ``n`` times one at a time (the reference's
-    step ends), and the largest difference between consecutive sums (s). Long runs
-    are summed by numpy's ``add.accumulate``, which adds in order as Python does."""
-    if n > 24:
-        ends = np.full(n + 1, duration)
-        ends[0] = start
-        ends = np.add.accumulate(ends)
-        return float(ends[-1]), float((ends[1:] - ends[:-1]).max())
-    end, largest = start, 0.0
-    for _ in range(n):
-        after = end + duration
-        if after - end > largest:
-            largest = after - end
-        end = after
-    return end, largest
+    step ends), and the largest difference between consecutive sums (s), by numpy's
+    ``add.accumulate``, which adds in order as Python does (for long runs: a short
+    one is summed in a Python loop by the caller, faster there)."""
+    ends = np.full(n + 1, duration)
+    ends[0] = start
+    ends = np.add.accumulate(ends)
+    return float(ends[-1]), float((ends[1:] - ends[:-1]).max())
 
 
 class Shared:
@@ -240,10 +235,10 @@ class FastEngine(_Engine):
     def _room(self) -> int:
         """Tokens of a capped step's budget not yet claimed by admitted work: the
         reference's ``_token_room``."""
-        if not self.prefilling:
-            return self.cap - len(self.joined)
-        left = self.s.left
-        return self.cap - sum(left[i] for i in self.prefilling) - len(self.joined)
+        room, left = self.cap - len(self.joined), self.s.left
+        for i in self.prefilling:
+            room -= left[i]
+        return room
 
     def _fits(self, i: int, room: int) -> bool:
         """The reference's ``_fits_step`` for a capped step: in mixed mode any budget
@@ -283,7 +278,7 @@ class FastEngine(_Engine):
                 if used + need > limit:
                     break                                 # head of line waits for memory
                 used += need
-            if capped and not self._fits(i, room):
+            if capped and (room <= 0 if self.mixed else not self._fits(i, room)):
                 break                                     # the step's token cap is full
             heapq.heappop(heap)
             self._start(i, now)
@@ -419,9 +414,13 @@ class FastEngine(_Engine):
                 repeat = self._fits_ahead(repeat)
             self.busy_until = now + repeat * duration
         else:
-            duration = self._step_time(decoding, tokens)
+            memo = self.step_memo
+            duration = None if memo is None else memo.get((decoding, tokens))
+            if duration is None:
+                duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
-            if len(chunks) == 1 and budget <= 0 and not self.evicted:  # may repeat
+            # may repeat; in mixed mode a prompt's last chunk alone may lead a tail
+            if len(chunks) == 1 and (budget <= 0 or self.tail_ok) and not self.evicted:
                 repeat = self._chunk_run(now, duration, *chunks[0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
@@ -464,42 +463,53 @@ class FastEngine(_Engine):
         old decodes and the prompt (nothing is left to prefill, and the queue is
         empty or the batch full) until the first finish, and so does this run. An
         arrival cuts the tail as such a decode run (:meth:`cut`). No tail when a
-        decode finishes at the run's end or the prompt wants one token."""
-        limit, heap, mixed = self.limit, self.queue.heap, self.mixed
-        if self.evicts and len(self.queue.replicas) > 1:
+        decode finishes at the run's end or the prompt wants one token. With a tail,
+        a last chunk alone (the whole prompt, with budget to spare) is a run too:
+        :meth:`plan` asks for one."""
+        limit, heap, mixed, evicts = self.limit, self.queue.heap, self.mixed, self.evicts
+        if evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
         full_batch = len(self.running) >= self.max_batch
         if heap and not full_batch and (self.expires or not (limit != math.inf or mixed)):
             return 1
-        left = self.s.left[i]
-        n, rest = divmod(left, take)
+        n, rest = divmod(self.s.left[i], take)
         if rest == 0:
             n, rest = n - 1, take                       # its last chunk emits a token
         last = len(self.prefilling) == 1 and not (     # no prompt waits behind it
             mixed and heap and (self.preemptive or not full_batch))
         steps = n + 1 if last else n
         decoding = len(self.joined)
-        finish = 0
-        if decoding:
-            finish = self._next_finish() - self.ticks   # ticks to the next finish
+        if decoding:                                    # ticks to the next finish
+            finish = (self._next_finish() if evicts else self.finishes[0][0]) - self.ticks
             if finish < steps:
-                steps = finish
-                last = False
+                steps, last = finish, False
         if limit != math.inf and steps > 1:
             if last and self._kv(steps, (i,)) > limit:
                 last, steps = False, n
             if not last and steps > 1:
                 steps = self._fits_ahead(steps)
-        if steps <= 1:
-            return 1
+        horizon, tail = self.s.horizon, 0
+        if last and self.tail_ok and horizon == math.inf:
+            # the tail: up to i's finish, or the next of the decodes after the run
+            tail = self.s.output[i] - 1
+            if decoding and finish - steps < tail:
+                tail = finish - steps
+        if steps <= 1 and tail < 1:
+            return 1                     # one step (a last chunk alone: with its tail)
         full = steps - 1 if last else steps
         # the steps' ends, summed one at a time as the reference does, and the largest
         # step (its inter-token gap); the list itself is built only if asked for
-        horizon = self.s.horizon
+        end, largest = now, 0.0
         if horizon == math.inf:
-            end, largest = _summed(now, duration, full)
+            if full > 24:
+                end, largest = _summed(now, duration, full)
+            else:
+                for _ in range(full):
+                    after = end + duration
+                    if after - end > largest:
+                        largest = after - end
+                    end = after
         else:
-            end, largest = now, 0.0
             for k in range(full):
                 after = end + duration
                 if after > horizon and k:
@@ -510,7 +520,13 @@ class FastEngine(_Engine):
                 end = after
         self.run_full_end, self.run_full_gap = end, largest
         if last:
-            after = end + (duration if rest == take else self._step_time(decoding, rest))
+            if rest == take:
+                after = end + duration
+            else:                        # (the step-time memo read here: a hot path)
+                memo = self.step_memo
+                seconds = None if memo is None else memo.get((decoding, rest))
+                after = end + (self._step_time(decoding, rest) if seconds is None
+                               else seconds)
             if after > horizon:
                 last = False
             else:
@@ -518,25 +534,22 @@ class FastEngine(_Engine):
                     largest = after - end
                 end = after
         n = full + 1 if last else full
-        if n == 1:
+        if n == 1 and tail < 1:
             return 1
-        self.chunk_run, self.bounds, self.busy_until = True, None, end
+        self.chunk_run, self.busy_until = True, end     # (bounds: None since the last)
         self.run_gap, self.step_work = largest, take + decoding
         # the run's last chunk (0: none), and whether a request could be admitted at
         # its start had one arrived (mixed mode, budget left beside it)
         self.run_last = rest if last else 0
         self.last_admits = last and mixed and rest < take
         self.run_steps, self.tail = n, 0
-        if last and self.tail_ok and horizon == math.inf:
-            # the tail: up to i's finish, or the next of the decodes after the run
-            repeat = self.s.output[i] - 1
-            if decoding and finish - n < repeat:
-                repeat = finish - n
-            if repeat >= 1:
-                self.tail, self.tail_start = repeat, end
-                self.tail_s = self._decode_time(decoding + 1)
-                self.busy_until = end + repeat * self.tail_s
-                n += repeat
+        if tail >= 1:                    # (last, no horizon: n == steps)
+            cache = self.decode_cache
+            tail_s = (cache[decoding + 1] if cache is not None and decoding + 1 < len(cache)
+                      else self._decode_time(decoding + 1))
+            self.tail, self.tail_start, self.tail_s = tail, end, tail_s
+            self.busy_until = end + tail * tail_s
+            n += tail
         return n
 
     def _tail_ended(self, t: float) -> int:
@@ -565,7 +578,7 @@ class FastEngine(_Engine):
         if self.repeat <= 1:
             return
         if not self.chunk_run:
-            super().cut(t)
+            _Engine.cut(self, t)                        # (super() costs more: hot path)
             return
         if self.busy_until == math.inf or (len(self.running) >= self.max_batch
                                            and not self.preemptive):
@@ -601,8 +614,6 @@ class FastEngine(_Engine):
         if self.chunk_run:                             # a chunk run
             self.chunk_run = False
             tail, repeat = self.tail, self.run_steps
-            if tail:
-                now = self.tail_start                  # the chunk run ends there
             if decoding:
                 # one entry for the run, its largest gap: no sequence joins or leaves
                 # inside a run, so every later max over the log sees all of it
@@ -617,17 +628,18 @@ class FastEngine(_Engine):
                 self.ticks += repeat
             (i, take), = self.step_chunks
             rest = self.run_last
-            full = repeat - 1 if rest else repeat
-            s.left[i] -= take * full
-            self.work -= self.step_work * full
             self.bounds = None
             if rest:                                   # the last chunk: first token
                 s.left[i] = 0
-                self.work -= rest + decoding
+                self.work -= self.step_work * (repeat - 1) + rest + decoding
                 del self.prefilling[0]
-                self._first_token(i, now)
+                # (a tail: the chunk run ends where it starts)
+                self._first_token(i, self.tail_start if tail else now)
+            else:
+                s.left[i] -= take * repeat
+                self.work -= self.step_work * repeat
             if tail:                                   # then the decode steps after it
-                self.tail, now = 0, self.busy_until
+                self.tail = 0
                 self._decode_run(now, self.tail_start, tail, decoding + 1)
         else:
             if decoding:
