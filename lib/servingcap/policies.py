@@ -110,6 +110,8 @@ def capacity_rate(requests, replica: Replica | None = None) -> float:
 
     ``1 / mean(full_batch_work_s)``: the rate at which a replica that always runs a full
     batch is busy 100 % of the time. Offered load ``rho = arrival_rate / capacity_rate``.
+    Exact for the additive step; for the fused step an estimate (see
+    :func:`saturated_rate`, which measures it).
     """
     work = full_batch_work_s(requests, replica)
     if work.size == 0:
@@ -131,9 +133,12 @@ def saturated_rate(requests, replica: Replica | None = None, n: int = 2_000,
     the mean over ``replications`` (seeds ``stats.replication_seeds(seed, ...)``) with a
     Student-t interval (:func:`servingcap.stats.mean_ci`, clipped at 0).
 
-    :func:`capacity_rate` is exact for the additive step, but for the fused step it rests
-    on a lower bound of the work per request (a fused step packs prompt chunks and decodes
-    imperfectly), so it overstates what the replica finishes; this measures it. Use it as
+    :func:`capacity_rate` is exact for the additive step, but for the fused step it is
+    an estimate, not a proven bound: it averages each request's own
+    ``max(weight-read share, FLOP time)`` although the weight read is shared by every
+    request in a step, and a fused step packs prompt chunks and decodes imperfectly (on
+    the Azure conversation mix it overstates what the replica finishes by about 10 %);
+    this measures it. Use it as
     ``bootstrap_workload(..., capacity=saturated_rate(...).value)``.
 
     Parameters
