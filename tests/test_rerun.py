@@ -170,6 +170,7 @@ CHEAPER = {
     "fleet_sizing": {"ROUTING_REPS": 3, "LONG_HOLDS": 10.0, "CMP_BUDGET": 2,
                      "DISAGG_REPS": 2},
     "fast_model_slow_product": {"N_SIM": 20_000},
+    "goodput": {"PLAN_BUDGET": 20, "REPS_DISAGG": 4, "REPS_FIRST": 2},
     "step_time": {"CAL_REQUESTS": 200},
     "variance_penalty": {"N_CUSTOMERS": 200_000},
 }
