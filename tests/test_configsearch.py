@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from servingcap import _search_cli as search_cli
 from servingcap import configsearch as cs
 from servingcap import planning
 from servingcap.__main__ import main
@@ -397,6 +398,10 @@ def test_price_overrides():
             cs.parse_price(bad)
     with pytest.raises(ValueError, match="B300"):
         cs.resolve_prices(None, {"B300": 9.0})
+    table = cs.resolve_prices(None, {"L40S": 0.9}, override_source="config file s.toml")
+    assert table.set_index("gpu").loc["L40S", "source"] == "config file s.toml"
+    with pytest.raises(ValueError, match="override_source"):
+        cs.resolve_prices(None, {"L40S": 0.9}, override_source=" ")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -482,7 +487,8 @@ def test_cli_bad_confirm_names_the_option_and_the_value(capsys):
     assert err.count("\n") == 1 and "--confirm must be a whole number >= 1, got '-2'" in err
 
 
-def test_cli_confirm_reports_and_writes_the_confirmed_ranking(capsys, tmp_path):
+def test_cli_confirm_reports_and_writes_the_confirmed_ranking(capsys, tmp_path,
+                                                              monkeypatch):
     # the screen at 2 replications of 1 hold time, the confirmation at 4 of 3, both of at
     # least 2,000 requests (the command line's); tiny requests keep it to seconds
     out_json, out_csv, cache = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "cache"
@@ -515,9 +521,17 @@ def test_cli_confirm_reports_and_writes_the_confirmed_ranking(capsys, tmp_path):
     assert data["confirmation"]["statistics"]["budget"] == 4
     assert data["confirmation"]["statistics"]["holds"] == 3
     assert data["statistics"]["budget"] == 2
-    # the same command again: both stages come from the cache; the CSV holds both stages
-    code, out, err = _cli(capsys, *args, "--output", str(out_csv))
+    # the same command again: both stages come from the cache; the CSV holds both stages,
+    # and the plot shows the confirmed answers, titled as such
+    drawn = []
+    monkeypatch.setattr(search_cli, "plot", lambda *a: drawn.append(a))
+    code, out, err = _cli(capsys, *args, "--output", str(out_csv), "--plot",
+                          str(tmp_path / "r.png"))
     assert code == 0, err
+    (plotted, _, stage), = drawn
+    assert stage == "confirmed"
+    assert list(plotted.table["label"]) == list(confirmed.table["label"])
+    assert plotted.table["replicas"].equals(confirmed.table["replicas"])
     done = int(confirmed.table["status"].isin(["ranked", "failed"]).sum())
     line = next(x for x in out.splitlines() if x.startswith("Confirmed: "))
     assert line.endswith(f"; 0 simulated, {done} read from the cache")
@@ -543,7 +557,9 @@ def test_cli_config_file_gives_the_same_search_and_the_command_line_wins(capsys,
     code, by_file, err = _cli(capsys, "--config", str(config),
                               "--no-cache")
     assert code == 0, err
-    assert by_file == by_flags
+    # the same search; the price row says the price came from the config file
+    assert f"  L40S         1.000  config file {config} (no date)" in by_file
+    assert by_file.replace(f"config file {config}", "command line") == by_flags
     code, out, err = _cli(capsys, "--config", str(config), "--no-cache", "--price", "L40S=2")
     assert code == 0, err
     assert "  L40S         2.000  command line" in out          # the command line wins

@@ -701,7 +701,7 @@ ENTRIES = [
     E("configsearch.load_model", configsearch.load_model, model="Llama-3.1-8B"),
     E("configsearch.load_prices", configsearch.load_prices, path=None),
     E("configsearch.resolve_prices", configsearch.resolve_prices, prices=None,
-      price_overrides={"L40S": 1.0}),
+      price_overrides={"L40S": 1.0}, override_source="command line"),
     E("configsearch.parse_price", configsearch.parse_price, price="L40S=1.5"),
     E("configsearch.usd_per_mtok", configsearch.usd_per_mtok, allow_inf=True,
       usd_per_hour=20.0, rate=10.0,

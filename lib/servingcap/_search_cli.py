@@ -180,6 +180,10 @@ def _path(name: str, value, suffixes) -> str:
     return value
 
 
+#: Key of the merged options that says where ``price`` came from when not the command line.
+PRICE_FROM = "price_from"
+
+
 def with_config(given: dict, parser: argparse.ArgumentParser) -> dict:
     """The parsed options ``given``, under the options of their ``config`` TOML file
     (the command line wins). A list value is a comma-separated list; ``price`` may be a
@@ -195,7 +199,10 @@ def with_config(given: dict, parser: argparse.ArgumentParser) -> dict:
             raw[key] = [value]
         elif isinstance(value, list) and key != "price":
             raw[key] = ",".join(str(v) for v in value)
-    return {**raw, **{k: v for k, v in given.items() if k != "config"}}
+    merged = {**raw, **{k: v for k, v in given.items() if k != "config"}}
+    if "price" in raw and "price" not in given:        # the report names the file
+        merged[PRICE_FROM] = f"config file {given['config']}"
+    return merged
 
 
 def settings(given: dict) -> dict:
@@ -268,7 +275,8 @@ def settings(given: dict) -> dict:
             raise cli._bad("price", text_price, f"names the unknown GPU {name!r}")
         overrides[known[name.lower()]] = value
     try:
-        prices = resolve_prices(given.get("prices"), overrides)
+        prices = resolve_prices(given.get("prices"), overrides,
+                                given.get(PRICE_FROM, "command line"))
     except ValueError as exc:
         option = "--prices" if "prices" in given else "--price"
         raise cli.InputError(f"{option}: {exc}") from None
@@ -481,9 +489,10 @@ def render(result, s: dict, confirmed=None) -> str:
     return "\n".join(lines)
 
 
-def plot(result, path: str) -> None:
+def plot(result, path: str, stage: str = "screen") -> None:
     """Cost per million good tokens vs p99 TTFT, every ranked configuration labelled, the
-    Pareto front drawn as a line."""
+    Pareto front drawn as a line; ``stage`` ("screen" or "confirmed") goes in the title,
+    so a reader knows which statistics the points carry."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -502,7 +511,7 @@ def plot(result, path: str) -> None:
                     xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("US dollars per million good output tokens")
     ax.set_ylabel("p99 TTFT (ms)")
-    ax.set_title(f"{result.model} at {result.rate:g} req/s")
+    ax.set_title(f"{result.model} at {result.rate:g} req/s ({stage})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -668,8 +677,9 @@ def main(argv=None) -> int:
     try:
         if s["output"] is not None:
             write_output(result, s["output"], s["price_tolerance"], confirmed)
-        if s["plot"] is not None:
-            plot(result, s["plot"])
+        if s["plot"] is not None:          # the confirmed answers when there are any
+            plot(*((result, s["plot"]) if confirmed is None
+                   else (confirmed, s["plot"], "confirmed")))
     except OSError as exc:
         print(f"{PROG}: error: could not write an output file ({exc})", file=sys.stderr)
         return 2

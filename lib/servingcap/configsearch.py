@@ -312,11 +312,16 @@ def _known_gpu(name, param: str = "gpus") -> str:
     raise ValueError(f"{param}: gpu {name!r} is not in data/gpus.csv; known: {', '.join(names)}")
 
 
-def resolve_prices(prices=None, price_overrides: Mapping | None = None) -> pd.DataFrame:
+def resolve_prices(prices=None, price_overrides: Mapping | None = None,
+                   override_source: str = "command line") -> pd.DataFrame:
     """The price table used: ``prices`` (a table from :func:`load_prices`, a path, or None
     for the shipped file) with ``price_overrides`` (``{gpu: usd_per_gpu_hour}``) replacing or
-    adding rows (source ``"command line"``). Every GPU named must be in ``data/gpus.csv``;
-    names come back spelled as there."""
+    adding rows whose source is ``override_source`` (where the overrides came from, e.g.
+    ``"command line"`` or ``"config file search.toml"``). Every GPU named must be in
+    ``data/gpus.csv``; names come back spelled as there."""
+    if not isinstance(override_source, str) or not override_source.strip():
+        raise ValueError(f"override_source must be a non-empty string naming where the "
+                         f"prices came from, got {override_source!r}")
     if isinstance(prices, pd.DataFrame):
         missing = [c for c in PRICE_COLUMNS if c not in prices.columns]
         if missing:
@@ -344,7 +349,7 @@ def resolve_prices(prices=None, price_overrides: Mapping | None = None) -> pd.Da
             price = _check.positive(f"price_overrides[{name!r}]", value)
             table = table[table["gpu"] != gpu]
             table = pd.concat([table, pd.DataFrame([{
-                "gpu": gpu, "usd_per_gpu_hour": price, "source": "command line",
+                "gpu": gpu, "usd_per_gpu_hour": price, "source": override_source,
                 "date": ""}])], ignore_index=True)
     if table["gpu"].duplicated().any():
         raise ValueError(f"prices name gpu {table.loc[table['gpu'].duplicated(), 'gpu'].iloc[0]!r} twice")
