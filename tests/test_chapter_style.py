@@ -22,8 +22,11 @@ MAX_LINES = 40            # lines of one code cell
 
 
 def code_cells(path: Path):
+    """(index, lines) of each code cell, the lines as the notebook editor shows them:
+    split on newlines, so a trailing newline is an empty last line (``splitlines`` would
+    drop it, and a 40-line cell ending in a newline, 41 lines on screen, passed)."""
     nb = nbformat.read(path, as_version=4)
-    return [(i, c.source.splitlines()) for i, c in enumerate(nb.cells)
+    return [(i, c.source.split("\n")) for i, c in enumerate(nb.cells)
             if c.cell_type == "code"]
 
 
@@ -45,10 +48,13 @@ def test_code_cells_are_short(path):
 def test_the_checks_see_a_wide_and_a_long_cell(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("x = 1\n" + "y" * (MAX_COLUMNS + 1)),
-                nbformat.v4.new_code_cell("\n".join(["z = 0"] * (MAX_LINES + 1)))]
+                nbformat.v4.new_code_cell("\n".join(["z = 0"] * (MAX_LINES + 1))),
+                nbformat.v4.new_code_cell("\n".join(["z = 0"] * MAX_LINES)),
+                nbformat.v4.new_code_cell("\n".join(["z = 0"] * MAX_LINES) + "\n")]
     page = tmp_path / "page.ipynb"
     nbformat.write(nb, page)
     with pytest.raises(AssertionError, match=r"\(0, 2, 89\)"):
         test_code_lines_fit_the_page(page)
-    with pytest.raises(AssertionError, match=r"\(1, 41\)"):
+    # 41 lines, and 40 lines plus a trailing newline (41 in the editor); 40 lines pass
+    with pytest.raises(AssertionError, match=r": \[\(1, 41\), \(3, 41\)\];"):
         test_code_cells_are_short(page)
