@@ -94,6 +94,17 @@ class Shared:
         self.left = [0] * req.n
         self.prefilled = [0] * req.n          # context cached so far (user cost models)
         self.generated = [0] * req.n          # tokens emitted when it last stopped decoding
+        self.memos: dict = {}                 # id(spec) -> (spec, decode times, step times)
+
+    def memo(self, spec) -> tuple[list[float], list[dict[int, float]]]:
+        """The decode-step times by batch (s) and the step times by composition (one
+        dict of prefill tokens -> s per decode batch, 0 to ``max_batch``) of ``spec``,
+        shared by the replicas of a run (each step time is a function of the spec and
+        the composition only)."""
+        kept = self.memos.get(id(spec))
+        if kept is None:
+            kept = self.memos[id(spec)] = (spec, [], [{} for _ in range(spec.max_batch + 1)])
+        return kept[1], kept[2]
 
 
 class FastEngine(_Engine):
@@ -113,11 +124,13 @@ class FastEngine(_Engine):
         self.rate = spec.prefill_rate
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
-        self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
-        # step times by composition, when compositions repeat (a token cap or chunks)
-        self.step_memo: dict | None = (
-            {} if self.decode_cache is not None and (spec.token_cap() != math.inf
-                                                     or spec.chunk_tokens) else None)
+        decodes, steps = shared.memo(spec)
+        self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else decodes
+        # step times by composition (by decode batch, then prefill tokens), when
+        # compositions repeat (a token cap or chunks)
+        self.step_memo: list[dict[int, float]] | None = (
+            steps if self.decode_cache is not None and (spec.token_cap() != math.inf
+                                                        or spec.chunk_tokens) else None)
         # a user cost model sees each step's detail (and steps never repeat, as in the
         # reference)
         self.user_cost = spec.step_time is not None
@@ -151,6 +164,11 @@ class FastEngine(_Engine):
         self.tail_start = self.tail_s = 0.0   # their start and duration (s)
         self.tail_ok = (self.mixed and not (self.expires or self.evicts or self.user_cost
                                             or spec.prefix_cache_blocks))
+        # ... and without until_s: every step admits, plans and runs as in
+        # :meth:`_plan_tail` (the general :meth:`plan` with its branches decided)
+        self.tail_fast = self.tail_ok and shared.horizon == math.inf
+        if self.tail_fast:
+            self.plan = self._plan_tail       # (an instance attribute: a hot call)
 
     # ---- the router's view
     def _step_batch(self) -> int:
@@ -356,11 +374,11 @@ class FastEngine(_Engine):
         memo = self.step_memo
         if memo is None:
             return self.spec.step_s(decoding, tokens, self._decode_time(decoding))
-        key = (decoding, tokens)
-        seconds = memo.get(key)
+        row = memo[decoding]
+        seconds = row.get(tokens)
         if seconds is None:
-            seconds = memo[key] = self.spec.step_s(decoding, tokens,
-                                                   self._decode_time(decoding))
+            seconds = row[tokens] = self.spec.step_s(decoding, tokens,
+                                                     self._decode_time(decoding))
         return seconds
 
     def _next_finish(self) -> int:
@@ -415,7 +433,7 @@ class FastEngine(_Engine):
             self.busy_until = now + repeat * duration
         else:
             memo = self.step_memo
-            duration = None if memo is None else memo.get((decoding, tokens))
+            duration = None if memo is None else memo[decoding].get(tokens)
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
@@ -424,6 +442,126 @@ class FastEngine(_Engine):
                 repeat = self._chunk_run(now, duration, *chunks[0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
+
+    def _plan_tail(self, now: float) -> None:
+        """:meth:`plan` when :attr:`tail_fast` (mixed mode without timeouts, memory
+        limit, preemption, prefix cache, cost model or ``until_s``): the same step with
+        the branches those settle taken out. Admission fills free slots while the
+        step's budget has room (:meth:`_fill_free_slots`; a request is never preempted,
+        so it starts with its whole prompt to prefill); a step with one chunk may be a
+        run (:meth:`_tail_run`)."""
+        r, s, heap = self.req, self.s, self.queue.heap
+        left, running, prefilling = s.left, self.running, self.prefilling
+        decoding = len(self.joined)
+        if heap and len(running) < self.max_batch:
+            room = self.cap - decoding
+            for i in prefilling:
+                room -= left[i]
+            prompt, index = s.prompt, self.index
+            while room > 0 and heap and len(running) < self.max_batch:
+                i = heapq.heappop(heap)[1]
+                r.replica[i], r.admitted[i] = index, now     # (:meth:`_start`)
+                room -= prompt[i]
+                left[i] = prompt[i]
+                s.prefilled[i] = 0
+                running[i] = None
+                prefilling.append(i)
+        budget = self.cap - decoding
+        chunks, tokens = [], 0
+        for i in prefilling:
+            if budget <= 0:
+                break
+            take = left[i] if left[i] < budget else budget
+            chunks.append((i, take))
+            budget -= take
+            tokens += take
+        self.chunk_run = False
+        repeat = 1
+        if chunks:
+            memo = self.step_memo
+            duration = None if memo is None else memo[decoding].get(tokens)
+            if duration is None:
+                duration = self._step_time(decoding, tokens)
+            self.busy_until = now + duration
+            if len(chunks) == 1:
+                repeat = self._chunk_run(now, duration, *chunks[0])
+        elif decoding:
+            cache = self.decode_cache
+            duration = (cache[decoding] if cache is not None and decoding < len(cache)
+                        else self._decode_time(decoding))
+            repeat = self.finishes[0][0] - self.ticks
+            if repeat < 1:
+                repeat = 1
+            self.busy_until = now + repeat * duration
+        else:
+            self.busy_until = math.inf
+            self.step_chunks, self.step_decode = [], 0
+            return
+        self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
+        self.step_start, self.step_duration = now, duration
+
+    def _tail_run(self, now: float, duration: float, i: int, take: int) -> int:
+        """:meth:`_chunk_run` when :attr:`tail_fast`: the same run (its chunks, its
+        last chunk, its tail) with the branches of timeouts, memory, preemption and
+        ``until_s`` taken out."""
+        n, rest = divmod(self.s.left[i], take)
+        if rest == 0:
+            n, rest = n - 1, take                       # its last chunk emits a token
+        heap = self.queue.heap
+        last = len(self.prefilling) == 1 and not (heap and len(self.running) < self.max_batch)
+        steps = n + 1 if last else n
+        decoding = len(self.joined)
+        tail = 0
+        if decoding:                                    # ticks to the next finish
+            finish = self.finishes[0][0] - self.ticks
+            if finish < steps:
+                steps, last = finish, False
+        if last:                                        # the tail
+            tail = self.s.output[i] - 1
+            if decoding and finish - steps < tail:
+                tail = finish - steps
+        if steps <= 1 and tail < 1:
+            return 1
+        full = steps - 1 if last else steps
+        end, largest = now, 0.0                         # summed as in _chunk_run
+        if full > 24:
+            end, largest = _summed(now, duration, full)
+        else:
+            for _ in range(full):
+                after = end + duration
+                if after - end > largest:
+                    largest = after - end
+                end = after
+        self.run_full_end, self.run_full_gap = end, largest
+        if last:
+            if rest == take:
+                after = end + duration
+            else:
+                memo = self.step_memo
+                seconds = None if memo is None else memo[decoding].get(rest)
+                after = end + (self._step_time(decoding, rest) if seconds is None
+                               else seconds)
+            if after - end > largest:
+                largest = after - end
+            end = after
+            n = full + 1
+        else:
+            n = full
+            if n == 1:
+                return 1
+        self.chunk_run, self.busy_until = True, end
+        self.run_gap, self.step_work = largest, take + decoding
+        self.run_last = rest if last else 0
+        self.last_admits = last and rest < take
+        self.run_steps, self.tail = n, 0
+        if tail >= 1:
+            cache = self.decode_cache
+            tail_s = (cache[decoding + 1] if cache is not None and decoding + 1 < len(cache)
+                      else self._decode_time(decoding + 1))
+            self.tail, self.tail_start, self.tail_s = tail, end, tail_s
+            self.busy_until = end + tail * tail_s
+            n += tail
+        return n
 
     def _user_cost(self, chunks, decodes: bool = True) -> float:
         """The step's duration from the reader's cost model, given the same detail the
@@ -466,6 +604,8 @@ class FastEngine(_Engine):
         decode finishes at the run's end or the prompt wants one token. With a tail,
         a last chunk alone (the whole prompt, with budget to spare) is a run too:
         :meth:`plan` asks for one."""
+        if self.tail_fast:
+            return self._tail_run(now, duration, i, take)
         limit, heap, mixed, evicts = self.limit, self.queue.heap, self.mixed, self.evicts
         if evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
@@ -524,7 +664,7 @@ class FastEngine(_Engine):
                 after = end + duration
             else:                        # (the step-time memo read here: a hot path)
                 memo = self.step_memo
-                seconds = None if memo is None else memo.get((decoding, rest))
+                seconds = None if memo is None else memo[decoding].get(rest)
                 after = end + (self._step_time(decoding, rest) if seconds is None
                                else seconds)
             if after > horizon:
