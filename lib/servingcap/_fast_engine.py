@@ -167,8 +167,9 @@ class FastEngine(_Engine):
         # ... and without until_s: every step admits, plans and runs as in
         # :meth:`_plan_tail` (the general :meth:`plan` with its branches decided)
         self.tail_fast = self.tail_ok and shared.horizon == math.inf
-        if self.tail_fast:
-            self.plan = self._plan_tail       # (an instance attribute: a hot call)
+        if self.tail_fast:                    # (instance attributes: hot calls)
+            self.plan, self.finish_step, self.cut = (self._plan_tail, self._finish_tail,
+                                                     self._cut_tail)
 
     # ---- the router's view
     def _step_batch(self) -> int:
@@ -796,6 +797,100 @@ class FastEngine(_Engine):
             if done:
                 del self.prefilling[:done]
         self._retire(now)
+
+    def _finish_tail(self) -> None:
+        """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
+        :meth:`_first_token` (a request is never preempted, so its prefill ends with its
+        first token) and :meth:`_decode_run` written in."""
+        now, s, gaps = self.busy_until, self.s, self.gaps
+        decoding = self.step_decode
+        if self.chunk_run:                             # a chunk run
+            self.chunk_run = False
+            tail, repeat = self.tail, self.run_steps
+            if decoding:
+                largest = self.run_gap
+                if largest is None:                    # cut: the steps kept
+                    previous, largest = self.step_start, 0.0
+                    for end in self.bounds:
+                        if end - previous > largest:
+                            largest = end - previous
+                        previous = end
+                gaps.append(largest)
+                self.ticks += repeat
+            (i, take), = self.step_chunks
+            rest = self.run_last
+            self.bounds = None
+            if rest:                                   # the last chunk: first token
+                s.left[i] = 0
+                self.work -= self.step_work * (repeat - 1) + rest + decoding + 1
+                del self.prefilling[0]
+                first = self.tail_start if tail else now
+                self.req.first[i] = first
+                output = s.output[i]
+                if output <= 1:
+                    self._done(i, first, 1)
+                else:
+                    base = 1 - self.ticks
+                    self.joined[i] = (base, len(gaps))
+                    heapq.heappush(self.finishes, (output - base, i))
+            else:
+                s.left[i] -= take * repeat
+                self.work -= self.step_work * repeat
+            if tail:                                   # then the decode steps after it
+                self.tail = 0
+                start = self.tail_start
+                if tail > 1:
+                    step = (now - start) / tail
+                    after = now - (now - step)
+                    gaps.append(after if after > step else step)
+                else:
+                    gaps.append(now - start)
+                self.ticks += tail
+                self.work -= tail * (decoding + 1)
+        else:
+            repeat = self.repeat
+            if decoding:
+                self._decode_run(now, self.step_start, repeat, decoding)
+            done = 0
+            for i, take in self.step_chunks:
+                self.work -= take
+                left = s.left[i] = s.left[i] - take
+                if left == 0:
+                    done += 1
+                    self._first_token(i, now)
+            if done:
+                del self.prefilling[:done]
+        self._retire(now)
+
+    def _cut_tail(self, t: float) -> None:
+        """:meth:`cut` when :attr:`tail_fast`, with :meth:`servingcap.serving._Engine.cut`
+        written in for a run of decode steps."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return
+        if len(self.running) >= self.max_batch:
+            return
+        if not self.chunk_run:
+            keep = math.ceil((t - self.step_start) / self.step_duration)
+            if keep < self.repeat:
+                if keep < 1:
+                    keep = 1
+                self.repeat = keep
+                self.busy_until = self.step_start + keep * self.step_duration
+            return
+        if self.tail:
+            if t > self.tail_start:                     # in the tail: as a decode run
+                keep = max(1, math.ceil((t - self.tail_start) / self.tail_s))
+                if keep < self.tail:
+                    self.repeat -= self.tail - keep
+                    self.tail = keep
+                    self.busy_until = self.tail_start + keep * self.tail_s
+                return
+            self.repeat, self.tail = self.run_steps, 0  # admitted at its start
+            self.busy_until = self.tail_start
+        if self.last_admits and t <= self.run_full_end:
+            self.repeat = self.run_steps = self.run_steps - 1
+            self.busy_until, self.run_gap = self.run_full_end, self.run_full_gap
+            self.run_last, self.last_admits, self.bounds = 0, False, None
 
     def _decode_run(self, now: float, start: float, repeat: int, decoding: int) -> None:
         """Apply ``repeat`` identical steps from ``start`` to ``now`` in which
