@@ -801,7 +801,7 @@ class FastEngine(_Engine):
     def _finish_tail(self) -> None:
         """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
         :meth:`_first_token` (a request is never preempted, so its prefill ends with its
-        first token) and :meth:`_decode_run` written in."""
+        first token), :meth:`_decode_run` and :meth:`_retire` written in."""
         now, s, gaps = self.busy_until, self.s, self.gaps
         decoding = self.step_decode
         if self.chunk_run:                             # a chunk run
@@ -860,7 +860,18 @@ class FastEngine(_Engine):
                     self._first_token(i, now)
             if done:
                 del self.prefilling[:done]
-        self._retire(now)
+        finishes = self.finishes                       # :meth:`_retire`, written in
+        if finishes and finishes[0][0] <= self.ticks:
+            r, joined, output, ticks = self.req, self.joined, s.output, self.ticks
+            running, generated, logged = self.running, s.generated, len(gaps)
+            while finishes and finishes[0][0] <= ticks:
+                i = heapq.heappop(finishes)[1]
+                at = joined.pop(i)[1]
+                g = generated[i] = output[i]
+                r.finish[i], r.outcome[i], r.generated[i] = now, "done", g
+                del running[i]
+                if at < logged:              # (its largest gap is 0 until now: a request
+                    r.max_gap[i] = max(gaps[at:])      # is never preempted or recomputed)
 
     def _cut_tail(self, t: float) -> None:
         """:meth:`cut` when :attr:`tail_fast`, with :meth:`servingcap.serving._Engine.cut`
