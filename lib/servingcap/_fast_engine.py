@@ -96,15 +96,32 @@ class Shared:
         self.generated = [0] * req.n          # tokens emitted when it last stopped decoding
         self.memos: dict = {}                 # id(spec) -> (spec, decode times, step times)
 
-    def memo(self, spec) -> tuple[list[float], list[dict[int, float]]]:
-        """The decode-step times by batch (s) and the step times by composition (one
-        dict of prefill tokens -> s per decode batch, 0 to ``max_batch``) of ``spec``,
-        shared by the replicas of a run (each step time is a function of the spec and
-        the composition only)."""
+    def memo(self, spec) -> tuple[list[float], list]:
+        """The decode-step times by batch (s) and the step times by composition of
+        ``spec``, shared by the replicas of a run (each step time is a function of the
+        spec and the composition only): per decode batch (0 to ``max_batch``), a row
+        indexed by prefill tokens whose entry is None until that step time is known (a
+        list up to the step's token bound, or a :class:`_Row` when that is large or
+        none)."""
         kept = self.memos.get(id(spec))
         if kept is None:
-            kept = self.memos[id(spec)] = (spec, [], [{} for _ in range(spec.max_batch + 1)])
+            bound = spec.token_cap()
+            if bound == math.inf:
+                bound = spec.chunk_tokens or math.inf
+            rows = spec.max_batch + 1
+            if type(bound) is int and bound * rows <= 1 << 20:   # (not 256.0: an index)
+                table = [[None] * (bound + 1) for _ in range(rows)]
+            else:
+                table = [_Row() for _ in range(rows)]
+            kept = self.memos[id(spec)] = (spec, [], table)
         return kept[1], kept[2]
+
+
+class _Row(dict):
+    """A row of step times (prefill tokens -> s) that reads None where not known."""
+
+    def __missing__(self, tokens: int) -> None:
+        return None
 
 
 class FastEngine(_Engine):
@@ -128,7 +145,7 @@ class FastEngine(_Engine):
         self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else decodes
         # step times by composition (by decode batch, then prefill tokens), when
         # compositions repeat (a token cap or chunks)
-        self.step_memo: list[dict[int, float]] | None = (
+        self.step_memo: list | None = (
             steps if self.decode_cache is not None and (spec.token_cap() != math.inf
                                                         or spec.chunk_tokens) else None)
         # a user cost model sees each step's detail (and steps never repeat, as in the
@@ -376,7 +393,7 @@ class FastEngine(_Engine):
         if memo is None:
             return self.spec.step_s(decoding, tokens, self._decode_time(decoding))
         row = memo[decoding]
-        seconds = row.get(tokens)
+        seconds = row[tokens]
         if seconds is None:
             seconds = row[tokens] = self.spec.step_s(decoding, tokens,
                                                      self._decode_time(decoding))
@@ -434,7 +451,7 @@ class FastEngine(_Engine):
             self.busy_until = now + repeat * duration
         else:
             memo = self.step_memo
-            duration = None if memo is None else memo[decoding].get(tokens)
+            duration = None if memo is None else memo[decoding][tokens]
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
@@ -480,7 +497,7 @@ class FastEngine(_Engine):
         repeat = 1
         if chunks:
             memo = self.step_memo
-            duration = None if memo is None else memo[decoding].get(tokens)
+            duration = None if memo is None else memo[decoding][tokens]
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
@@ -539,7 +556,7 @@ class FastEngine(_Engine):
                 after = end + duration
             else:
                 memo = self.step_memo
-                seconds = None if memo is None else memo[decoding].get(rest)
+                seconds = None if memo is None else memo[decoding][rest]
                 after = end + (self._step_time(decoding, rest) if seconds is None
                                else seconds)
             if after - end > largest:
@@ -665,7 +682,7 @@ class FastEngine(_Engine):
                 after = end + duration
             else:                        # (the step-time memo read here: a hot path)
                 memo = self.step_memo
-                seconds = None if memo is None else memo[decoding].get(rest)
+                seconds = None if memo is None else memo[decoding][rest]
                 after = end + (self._step_time(decoding, rest) if seconds is None
                                else seconds)
             if after > horizon:
