@@ -41,6 +41,15 @@ full-budget step admits nothing). A reader's cost model
 are never taken together, as in the reference: there the gain is smaller (about 1.7x
 with DistServe's profile), bounded by the cost model's own time.
 
+Step times of the built-in cost are remembered by composition (decode batch, prefill
+tokens), once per run for all its replicas (:meth:`Shared.memo`). In mixed mode without
+timeouts, memory limit, preemption, prefix cache, cost model or ``until_s`` (the
+default ``Replica()``'s case), a request is never preempted and no
+step can be cut by a horizon: :meth:`FastEngine._plan_tail`, :meth:`FastEngine._tail_run`,
+:meth:`FastEngine._finish_tail` and :meth:`FastEngine._cut_tail` then stand for the
+general methods, with the branches those features need taken out (issue 19: there a
+plan and a step's end are paid per request, so their overhead is the replay's time).
+
 Outputs are identical to the reference engine's, bit for bit (``tests/test_fast_engine.py``).
 Units: seconds, tokens.
 """
