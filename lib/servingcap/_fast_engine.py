@@ -108,16 +108,16 @@ class Shared:
     def memo(self, spec) -> tuple[list[float], list]:
         """The decode-step times by batch (s) and the step times by composition of
         ``spec``, shared by the replicas of a run (each step time is a function of the
-        spec and the composition only): per decode batch (0 to ``max_batch``), a row
-        indexed by prefill tokens whose entry is None until that step time is known (a
-        list up to the step's token bound, or a :class:`_Row` when that is large or
-        none)."""
+        spec and the composition only): per decode batch (0 to ``max_batch``, or to
+        the number of requests when that is smaller), a row indexed by prefill tokens
+        whose entry is None until that step time is known (a list up to the step's
+        token bound, or a :class:`_Row` when that is large or not an int)."""
         kept = self.memos.get(id(spec))
         if kept is None:
             bound = spec.token_cap()
             if bound == math.inf:
                 bound = spec.chunk_tokens or math.inf
-            rows = spec.max_batch + 1
+            rows = int(min(spec.max_batch, len(self.left))) + 1     # decode batches
             if type(bound) is int and bound * rows <= 1 << 20:   # (not 256.0: an index)
                 table = [[None] * (bound + 1) for _ in range(rows)]
             else:
