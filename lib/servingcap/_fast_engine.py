@@ -118,7 +118,7 @@ class Shared:
             if bound == math.inf:
                 bound = spec.chunk_tokens or math.inf
             rows = int(min(spec.max_batch, len(self.left))) + 1     # decode batches
-            if type(bound) is int and bound * rows <= 1 << 20:   # (not 256.0: an index)
+            if type(bound) is int and bound * rows <= 1 << 17:   # (not 256.0: an index)
                 table = [[None] * (bound + 1) for _ in range(rows)]
             else:
                 table = [_Row() for _ in range(rows)]
