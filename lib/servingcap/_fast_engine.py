@@ -494,14 +494,20 @@ class FastEngine(_Engine):
                 running[i] = None
                 prefilling.append(i)
         budget = self.cap - decoding
-        chunks, tokens = [], 0
-        for i in prefilling:
-            if budget <= 0:
-                break
-            take = left[i] if left[i] < budget else budget
-            chunks.append((i, take))
-            budget -= take
-            tokens += take
+        single = len(prefilling) == 1 and budget > 0
+        if single:                                     # (the common case: one prompt)
+            i = prefilling[0]
+            take = tokens = left[i] if left[i] < budget else budget
+            chunks = [(i, take)]
+        else:
+            chunks, tokens = [], 0
+            for i in prefilling:
+                if budget <= 0:
+                    break
+                take = left[i] if left[i] < budget else budget
+                chunks.append((i, take))
+                budget -= take
+                tokens += take
         self.chunk_run = False
         repeat = 1
         if chunks:
@@ -510,7 +516,9 @@ class FastEngine(_Engine):
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
-            if len(chunks) == 1:
+            if single:
+                repeat = self._chunk_run(now, duration, i, take)
+            elif len(chunks) == 1:
                 repeat = self._chunk_run(now, duration, *chunks[0])
         elif decoding:
             cache = self.decode_cache
