@@ -214,9 +214,14 @@ class FastEngine(_Engine):
         return self.work - bisect.bisect_left(self._run_bounds(), t) * self.step_work
 
     def enqueue(self, i: int) -> None:
-        """The reference's, reading Python ints instead of numpy scalars."""
-        self.queue.push(self.req.key(i, self.policy), i)
-        self.work += self.s.prompt[i] + self.s.output[i]
+        """The reference's, reading Python numbers instead of numpy scalars (the fcfs
+        key too: the same value, so the same order, cheaper to compare in the heap)."""
+        s = self.s
+        if self.policy == "fcfs":
+            heapq.heappush(self.queue.heap, ((s.arrival[i], i), i))
+        else:
+            self.queue.push(self.req.key(i, self.policy), i)
+        self.work += s.prompt[i] + s.output[i]
 
     # ---- memory
     def _kv(self, ahead: int = 0, emit=()) -> int:
