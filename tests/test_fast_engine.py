@@ -234,3 +234,21 @@ def test_mixed_chunk_runs_and_their_tails_equal_the_reference_exactly(monkeypatc
         pd.testing.assert_frame_equal(fast, reference, check_exact=True)
         if "until_s" not in options:                 # no tail is taken with a horizon
             assert any(taken) and not all(taken), spec
+
+
+@pytest.mark.parametrize(("spec", "lists"), [
+    ({"max_batched_tokens": 300}, True),                          # a list row per batch
+    ({"max_batched_tokens": np.int64(300)}, False),               # not an int: dict rows
+    ({"max_batched_tokens": 10**6, "max_batch": 16}, False),      # too large for lists
+    ({"mode": "combined", "chunk_tokens": np.int64(97)}, False),
+    ({"mode": "combined", "chunk_tokens": 97}, True),
+    ({"mode": "combined", "chunk_tokens": 100_000, "step_cost": "fused"}, False)])
+def test_step_time_memo_rows_equal_the_reference_exactly(monkeypatch, spec, lists):
+    # the fast engine remembers step times by decode batch and prefill tokens, shared by
+    # the replicas of a run, in lists up to the step's token bound or in dicts
+    from servingcap import _fast_engine
+    frame = requests(n=200, rate=4.0, seed=23)
+    fast, reference = fast_and_reference(monkeypatch, frame, Replica(**spec), replicas=2)
+    pd.testing.assert_frame_equal(fast, reference, check_exact=True)
+    shared = _fast_engine.Shared(serving._Requests(frame, Replica(**spec), "fcfs"))
+    assert isinstance(shared.memo(Replica(**spec))[1][0], list) == lists

@@ -41,6 +41,15 @@ full-budget step admits nothing). A reader's cost model
 are never taken together, as in the reference: there the gain is smaller (about 1.7x
 with DistServe's profile), bounded by the cost model's own time.
 
+Step times of the built-in cost are remembered by composition (decode batch, prefill
+tokens), once per run for all its replicas (:meth:`Shared.memo`). In mixed mode without
+timeouts, memory limit, preemption, prefix cache, cost model or ``until_s`` (the
+default ``Replica()``'s case), a request is never preempted and no
+step can be cut by a horizon: :meth:`FastEngine._plan_tail`, :meth:`FastEngine._tail_run`,
+:meth:`FastEngine._finish_tail` and :meth:`FastEngine._cut_tail` then stand for the
+general methods, with the branches those features need taken out (issue 19: there a
+plan and a step's end are paid per request, so their overhead is the replay's time).
+
 Outputs are identical to the reference engine's, bit for bit (``tests/test_fast_engine.py``).
 Units: seconds, tokens.
 """
@@ -94,6 +103,34 @@ class Shared:
         self.left = [0] * req.n
         self.prefilled = [0] * req.n          # context cached so far (user cost models)
         self.generated = [0] * req.n          # tokens emitted when it last stopped decoding
+        self.memos: dict = {}                 # id(spec) -> (spec, decode times, step times)
+
+    def memo(self, spec) -> tuple[list[float], list]:
+        """The decode-step times by batch (s) and the step times by composition of
+        ``spec``, shared by the replicas of a run (each step time is a function of the
+        spec and the composition only): per decode batch (0 to ``max_batch``, or to
+        the number of requests when that is smaller), a row indexed by prefill tokens
+        whose entry is None until that step time is known (a list up to the step's
+        token bound, or a :class:`_Row` when that is large or not an int)."""
+        kept = self.memos.get(id(spec))
+        if kept is None:
+            bound = spec.token_cap()
+            if bound == math.inf:
+                bound = spec.chunk_tokens or math.inf
+            rows = int(min(spec.max_batch, len(self.left))) + 1     # decode batches
+            if type(bound) is int and bound * rows <= 1 << 17:   # (not 256.0: an index)
+                table = [[None] * (bound + 1) for _ in range(rows)]
+            else:
+                table = [_Row() for _ in range(rows)]
+            kept = self.memos[id(spec)] = (spec, [], table)
+        return kept[1], kept[2]
+
+
+class _Row(dict):
+    """A row of step times (prefill tokens -> s) that reads None where not known."""
+
+    def __missing__(self, tokens: int) -> None:
+        return None
 
 
 class FastEngine(_Engine):
@@ -113,11 +150,13 @@ class FastEngine(_Engine):
         self.rate = spec.prefill_rate
         self.max_batch = spec.max_batch
         self.expires = spec.timeout_s is not None or spec.shed_past_deadline
-        self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else []
-        # step times by composition, when compositions repeat (a token cap or chunks)
-        self.step_memo: dict | None = (
-            {} if self.decode_cache is not None and (spec.token_cap() != math.inf
-                                                     or spec.chunk_tokens) else None)
+        decodes, steps = shared.memo(spec)
+        self.decode_cache: list[float] | None = None if callable(spec.decode_step_s) else decodes
+        # step times by composition (by decode batch, then prefill tokens), when
+        # compositions repeat (a token cap or chunks)
+        self.step_memo: list | None = (
+            steps if self.decode_cache is not None and (spec.token_cap() != math.inf
+                                                        or spec.chunk_tokens) else None)
         # a user cost model sees each step's detail (and steps never repeat, as in the
         # reference)
         self.user_cost = spec.step_time is not None
@@ -151,6 +190,12 @@ class FastEngine(_Engine):
         self.tail_start = self.tail_s = 0.0   # their start and duration (s)
         self.tail_ok = (self.mixed and not (self.expires or self.evicts or self.user_cost
                                             or spec.prefix_cache_blocks))
+        # ... and without until_s: every step admits, plans and runs as in
+        # :meth:`_plan_tail` (the general :meth:`plan` with its branches decided)
+        self.tail_fast = self.tail_ok and shared.horizon == math.inf
+        if self.tail_fast:                    # (instance attributes: hot calls)
+            self.plan, self.finish_step, self.cut = (self._plan_tail, self._finish_tail,
+                                                     self._cut_tail)
 
     # ---- the router's view
     def _step_batch(self) -> int:
@@ -169,9 +214,14 @@ class FastEngine(_Engine):
         return self.work - bisect.bisect_left(self._run_bounds(), t) * self.step_work
 
     def enqueue(self, i: int) -> None:
-        """The reference's, reading Python ints instead of numpy scalars."""
-        self.queue.push(self.req.key(i, self.policy), i)
-        self.work += self.s.prompt[i] + self.s.output[i]
+        """The reference's, reading Python numbers instead of numpy scalars (the fcfs
+        key too: the same value, so the same order, cheaper to compare in the heap)."""
+        s = self.s
+        if self.policy == "fcfs":
+            heapq.heappush(self.queue.heap, ((s.arrival[i], i), i))
+        else:
+            self.queue.push(self.req.key(i, self.policy), i)
+        self.work += s.prompt[i] + s.output[i]
 
     # ---- memory
     def _kv(self, ahead: int = 0, emit=()) -> int:
@@ -356,11 +406,11 @@ class FastEngine(_Engine):
         memo = self.step_memo
         if memo is None:
             return self.spec.step_s(decoding, tokens, self._decode_time(decoding))
-        key = (decoding, tokens)
-        seconds = memo.get(key)
+        row = memo[decoding]
+        seconds = row[tokens]
         if seconds is None:
-            seconds = memo[key] = self.spec.step_s(decoding, tokens,
-                                                   self._decode_time(decoding))
+            seconds = row[tokens] = self.spec.step_s(decoding, tokens,
+                                                     self._decode_time(decoding))
         return seconds
 
     def _next_finish(self) -> int:
@@ -415,7 +465,7 @@ class FastEngine(_Engine):
             self.busy_until = now + repeat * duration
         else:
             memo = self.step_memo
-            duration = None if memo is None else memo.get((decoding, tokens))
+            duration = None if memo is None else memo[decoding][tokens]
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
@@ -424,6 +474,134 @@ class FastEngine(_Engine):
                 repeat = self._chunk_run(now, duration, *chunks[0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
+
+    def _plan_tail(self, now: float) -> None:
+        """:meth:`plan` when :attr:`tail_fast` (mixed mode without timeouts, memory
+        limit, preemption, prefix cache, cost model or ``until_s``): the same step with
+        the branches those settle taken out. Admission fills free slots while the
+        step's budget has room (:meth:`_fill_free_slots`; a request is never preempted,
+        so it starts with its whole prompt to prefill); a step with one chunk may be a
+        run (:meth:`_tail_run`)."""
+        r, s, heap = self.req, self.s, self.queue.heap
+        left, running, prefilling = s.left, self.running, self.prefilling
+        decoding = len(self.joined)
+        if heap and len(running) < self.max_batch:
+            room = self.cap - decoding
+            for i in prefilling:
+                room -= left[i]
+            prompt, index = s.prompt, self.index
+            while room > 0 and heap and len(running) < self.max_batch:
+                i = heapq.heappop(heap)[1]
+                r.replica[i], r.admitted[i] = index, now     # (:meth:`_start`)
+                room -= prompt[i]
+                left[i] = prompt[i]
+                s.prefilled[i] = 0
+                running[i] = None
+                prefilling.append(i)
+        budget = self.cap - decoding
+        single = len(prefilling) == 1 and budget > 0
+        if single:                                     # (the common case: one prompt)
+            i = prefilling[0]
+            take = tokens = left[i] if left[i] < budget else budget
+            chunks = [(i, take)]
+        else:
+            chunks, tokens = [], 0
+            for i in prefilling:
+                if budget <= 0:
+                    break
+                take = left[i] if left[i] < budget else budget
+                chunks.append((i, take))
+                budget -= take
+                tokens += take
+        self.chunk_run = False
+        repeat = 1
+        if chunks:
+            memo = self.step_memo
+            duration = None if memo is None else memo[decoding][tokens]
+            if duration is None:
+                duration = self._step_time(decoding, tokens)
+            self.busy_until = now + duration
+            if single:
+                repeat = self._chunk_run(now, duration, i, take)
+            elif len(chunks) == 1:
+                repeat = self._chunk_run(now, duration, *chunks[0])
+        elif decoding:
+            cache = self.decode_cache
+            duration = (cache[decoding] if cache is not None and decoding < len(cache)
+                        else self._decode_time(decoding))
+            repeat = self.finishes[0][0] - self.ticks
+            if repeat < 1:
+                repeat = 1
+            self.busy_until = now + repeat * duration
+        else:
+            self.busy_until = math.inf
+            self.step_chunks, self.step_decode = [], 0
+            return
+        self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
+        self.step_start, self.step_duration = now, duration
+
+    def _tail_run(self, now: float, duration: float, i: int, take: int) -> int:
+        """:meth:`_chunk_run` when :attr:`tail_fast`: the same run (its chunks, its
+        last chunk, its tail) with the branches of timeouts, memory, preemption and
+        ``until_s`` taken out."""
+        n, rest = divmod(self.s.left[i], take)
+        if rest == 0:
+            n, rest = n - 1, take                       # its last chunk emits a token
+        heap = self.queue.heap
+        last = len(self.prefilling) == 1 and not (heap and len(self.running) < self.max_batch)
+        steps = n + 1 if last else n
+        decoding = len(self.joined)
+        tail = 0
+        if decoding:                                    # ticks to the next finish
+            finish = self.finishes[0][0] - self.ticks
+            if finish < steps:
+                steps, last = finish, False
+        if last:                                        # the tail
+            tail = self.s.output[i] - 1
+            if decoding and finish - steps < tail:
+                tail = finish - steps
+        if steps <= 1 and tail < 1:
+            return 1
+        full = steps - 1 if last else steps
+        end, largest = now, 0.0                         # summed as in _chunk_run
+        if full > 24:
+            end, largest = _summed(now, duration, full)
+        else:
+            for _ in range(full):
+                after = end + duration
+                if after - end > largest:
+                    largest = after - end
+                end = after
+        self.run_full_end, self.run_full_gap = end, largest
+        if last:
+            if rest == take:
+                after = end + duration
+            else:
+                memo = self.step_memo
+                seconds = None if memo is None else memo[decoding][rest]
+                after = end + (self._step_time(decoding, rest) if seconds is None
+                               else seconds)
+            if after - end > largest:
+                largest = after - end
+            end = after
+            n = full + 1
+        else:
+            n = full
+            if n == 1:
+                return 1
+        self.chunk_run, self.busy_until = True, end
+        self.run_gap, self.step_work = largest, take + decoding
+        self.run_last = rest if last else 0
+        self.last_admits = last and rest < take
+        self.run_steps, self.tail = n, 0
+        if tail >= 1:
+            cache = self.decode_cache
+            tail_s = (cache[decoding + 1] if cache is not None and decoding + 1 < len(cache)
+                      else self._decode_time(decoding + 1))
+            self.tail, self.tail_start, self.tail_s = tail, end, tail_s
+            self.busy_until = end + tail * tail_s
+            n += tail
+        return n
 
     def _user_cost(self, chunks, decodes: bool = True) -> float:
         """The step's duration from the reader's cost model, given the same detail the
@@ -466,6 +644,8 @@ class FastEngine(_Engine):
         decode finishes at the run's end or the prompt wants one token. With a tail,
         a last chunk alone (the whole prompt, with budget to spare) is a run too:
         :meth:`plan` asks for one."""
+        if self.tail_fast:
+            return self._tail_run(now, duration, i, take)
         limit, heap, mixed, evicts = self.limit, self.queue.heap, self.mixed, self.evicts
         if evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
@@ -524,7 +704,7 @@ class FastEngine(_Engine):
                 after = end + duration
             else:                        # (the step-time memo read here: a hot path)
                 memo = self.step_memo
-                seconds = None if memo is None else memo.get((decoding, rest))
+                seconds = None if memo is None else memo[decoding][rest]
                 after = end + (self._step_time(decoding, rest) if seconds is None
                                else seconds)
             if after > horizon:
@@ -656,6 +836,111 @@ class FastEngine(_Engine):
             if done:
                 del self.prefilling[:done]
         self._retire(now)
+
+    def _finish_tail(self) -> None:
+        """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
+        :meth:`_first_token` (a request is never preempted, so its prefill ends with its
+        first token), :meth:`_decode_run` and :meth:`_retire` written in."""
+        now, s, gaps = self.busy_until, self.s, self.gaps
+        decoding = self.step_decode
+        if self.chunk_run:                             # a chunk run
+            self.chunk_run = False
+            tail, repeat = self.tail, self.run_steps
+            if decoding:
+                largest = self.run_gap
+                if largest is None:                    # cut: the steps kept
+                    previous, largest = self.step_start, 0.0
+                    for end in self.bounds:
+                        if end - previous > largest:
+                            largest = end - previous
+                        previous = end
+                gaps.append(largest)
+                self.ticks += repeat
+            (i, take), = self.step_chunks
+            rest = self.run_last
+            self.bounds = None
+            if rest:                                   # the last chunk: first token
+                s.left[i] = 0
+                self.work -= self.step_work * (repeat - 1) + rest + decoding + 1
+                del self.prefilling[0]
+                first = self.tail_start if tail else now
+                self.req.first[i] = first
+                output = s.output[i]
+                if output <= 1:
+                    self._done(i, first, 1)
+                else:
+                    base = 1 - self.ticks
+                    self.joined[i] = (base, len(gaps))
+                    heapq.heappush(self.finishes, (output - base, i))
+            else:
+                s.left[i] -= take * repeat
+                self.work -= self.step_work * repeat
+            if tail:                                   # then the decode steps after it
+                self.tail = 0
+                start = self.tail_start
+                if tail > 1:
+                    step = (now - start) / tail
+                    after = now - (now - step)
+                    gaps.append(after if after > step else step)
+                else:
+                    gaps.append(now - start)
+                self.ticks += tail
+                self.work -= tail * (decoding + 1)
+        else:
+            repeat = self.repeat
+            if decoding:
+                self._decode_run(now, self.step_start, repeat, decoding)
+            done = 0
+            for i, take in self.step_chunks:
+                self.work -= take
+                left = s.left[i] = s.left[i] - take
+                if left == 0:
+                    done += 1
+                    self._first_token(i, now)
+            if done:
+                del self.prefilling[:done]
+        finishes = self.finishes                       # :meth:`_retire`, written in
+        if finishes and finishes[0][0] <= self.ticks:
+            r, joined, output, ticks = self.req, self.joined, s.output, self.ticks
+            running, generated, logged = self.running, s.generated, len(gaps)
+            while finishes and finishes[0][0] <= ticks:
+                i = heapq.heappop(finishes)[1]
+                at = joined.pop(i)[1]
+                g = generated[i] = output[i]
+                r.finish[i], r.outcome[i], r.generated[i] = now, "done", g
+                del running[i]
+                if at < logged:              # (its largest gap is 0 until now: a request
+                    r.max_gap[i] = max(gaps[at:])      # is never preempted or recomputed)
+
+    def _cut_tail(self, t: float) -> None:
+        """:meth:`cut` when :attr:`tail_fast`, with :meth:`servingcap.serving._Engine.cut`
+        written in for a run of decode steps."""
+        if self.repeat <= 1 or self.busy_until == math.inf:
+            return
+        if len(self.running) >= self.max_batch:
+            return
+        if not self.chunk_run:
+            keep = math.ceil((t - self.step_start) / self.step_duration)
+            if keep < self.repeat:
+                if keep < 1:
+                    keep = 1
+                self.repeat = keep
+                self.busy_until = self.step_start + keep * self.step_duration
+            return
+        if self.tail:
+            if t > self.tail_start:                     # in the tail: as a decode run
+                keep = max(1, math.ceil((t - self.tail_start) / self.tail_s))
+                if keep < self.tail:
+                    self.repeat -= self.tail - keep
+                    self.tail = keep
+                    self.busy_until = self.tail_start + keep * self.tail_s
+                return
+            self.repeat, self.tail = self.run_steps, 0  # admitted at its start
+            self.busy_until = self.tail_start
+        if self.last_admits and t <= self.run_full_end:
+            self.repeat = self.run_steps = self.run_steps - 1
+            self.busy_until, self.run_gap = self.run_full_end, self.run_full_gap
+            self.run_last, self.last_admits, self.bounds = 0, False, None
 
     def _decode_run(self, now: float, start: float, repeat: int, decoding: int) -> None:
         """Apply ``repeat`` identical steps from ``start`` to ``now`` in which

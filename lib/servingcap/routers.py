@@ -139,7 +139,7 @@ class Router:
         self.next_rr = 0
         self.spec = engines[0].spec
         self.heap: list | None = None
-        if name in ("jsq", "least_requests"):
+        if name in ("jsq", "least_requests") and len(engines) > 1:   # (one: no choice)
             self.key = self._jsq_key if name == "jsq" else self._count_key
             self.version = [0] * len(engines)
             self.keys = [self.key(e) for e in engines]    # each replica's key in the heap

@@ -1288,13 +1288,14 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     ends = [(e.busy_until, e.index) for e in engines]
     heapq.heapify(ends)
     a, n_req = 0, req.n
+    bounded = horizon != math.inf
 
     while True:
         while engines[ends[0][1]].busy_until != ends[0][0]:
             heapq.heappop(ends)
         engine = engines[ends[0][1]]
         t_arrival = times[a] if a < n_req else math.inf
-        if min(t_arrival, engine.busy_until) > horizon:
+        if bounded and min(t_arrival, engine.busy_until) > horizon:
             break
         if t_arrival <= engine.busy_until and a < n_req:
             i = rows[a]
@@ -1316,12 +1317,14 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 continue                                # simultaneous arrivals join one step
             for q in touched:
                 for server in q.replicas:
-                    if server.busy_until == math.inf:
+                    busy = server.busy_until
+                    if busy == math.inf:
                         server.plan(t_arrival)          # wake an idle replica
                         route.update(server)
                     else:
                         server.cut(t_arrival)           # or let it admit at its next boundary
-                    heapq.heappush(ends, (server.busy_until, server.index))
+                    if server.busy_until != busy:       # (else its entry is still there)
+                        heapq.heappush(ends, (server.busy_until, server.index))
             touched.clear()
             continue
         if engine.busy_until == math.inf:
