@@ -238,9 +238,9 @@ def test_mixed_chunk_runs_and_their_tails_equal_the_reference_exactly(monkeypatc
 
 @pytest.mark.parametrize(("spec", "lists"), [
     ({"max_batched_tokens": 300}, True),                          # a list row per batch
-    ({"max_batched_tokens": np.int64(300)}, False),               # not an int: dict rows
+    ({"max_batched_tokens": np.int64(300)}, True),                # Replica stores the int
     ({"max_batched_tokens": 10**6, "max_batch": 16}, False),      # too large for lists
-    ({"mode": "combined", "chunk_tokens": np.int64(97)}, False),
+    ({"mode": "combined", "chunk_tokens": np.int64(97)}, True),
     ({"mode": "combined", "chunk_tokens": 97}, True),
     ({"mode": "combined", "chunk_tokens": 100_000, "step_cost": "fused"}, False)])
 def test_step_time_memo_rows_equal_the_reference_exactly(monkeypatch, spec, lists):

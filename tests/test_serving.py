@@ -705,3 +705,18 @@ def test_decode_step_s_that_is_not_seconds_is_named(decode):
     # used to fail with float()'s own message, which names no parameter
     with pytest.raises(ValueError, match="decode_step_s"):
         simulate(poisson_requests(2.0, 5, seed=0), Replica(decode_step_s=decode))
+
+
+def test_whole_number_fields_given_as_floats_are_stored_as_int_and_run_the_same():
+    # 256.0 passed validation but stayed a float, and the fast engine's range() over it
+    # raised TypeError; the replica now stores the int, so both spellings run identically
+    reqs = pd.DataFrame({"arrival_s": [0.0, 0.1, 0.2], "prompt_tokens": [600, 300, 50],
+                         "output_tokens": [5, 3, 2]})
+    for floats, ints in (({"mode": "combined", "step_cost": "additive",
+                           "chunk_tokens": 256.0}, {"chunk_tokens": 256}),
+                         ({"max_batched_tokens": 300.0, "max_batch": 8.0},
+                          {"max_batched_tokens": 300, "max_batch": 8})):
+        rep = Replica(**floats)
+        for name, value in ints.items():
+            assert type(getattr(rep, name)) is int and getattr(rep, name) == value
+        assert simulate(reqs, rep).equals(simulate(reqs, Replica(**{**floats, **ints})))

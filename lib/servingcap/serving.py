@@ -244,12 +244,15 @@ class Replica:
 
     def __post_init__(self):
         _check.positive("prefill_rate", self.prefill_rate)
-        _check.whole("max_batch", self.max_batch)
-        if self.chunk_tokens is not None:
-            _check.whole("chunk_tokens", self.chunk_tokens)
-        if self.kv_capacity_tokens is not None:
-            _check.whole("kv_capacity_tokens", self.kv_capacity_tokens)
-        _check.whole("kv_block_tokens", self.kv_block_tokens)
+        # whole-number fields are stored as int (256.0 -> 256): the engines index and
+        # range over them
+        for name, minimum in (("max_batch", 1), ("chunk_tokens", 1),
+                              ("kv_capacity_tokens", 1), ("kv_block_tokens", 1),
+                              ("max_batched_tokens", 1), ("prefix_cache_blocks", 0),
+                              ("prefix_block_tokens", 1)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name,
+                                   _check.whole(name, getattr(self, name), minimum))
         if self.kv_reserve not in RESERVES:
             raise ValueError(f"kv_reserve must be one of {RESERVES}, got {self.kv_reserve!r}")
         for name in ("expected_output_tokens", "max_output_tokens", "max_prompt_tokens"):
