@@ -246,11 +246,12 @@ class Replica:
         _check.positive("prefill_rate", self.prefill_rate)
         # whole-number fields are stored as int (256.0 -> 256): the engines index and
         # range over them
+        optional = ("chunk_tokens", "kv_capacity_tokens", "max_batched_tokens")
         for name, minimum in (("max_batch", 1), ("chunk_tokens", 1),
                               ("kv_capacity_tokens", 1), ("kv_block_tokens", 1),
                               ("max_batched_tokens", 1), ("prefix_cache_blocks", 0),
                               ("prefix_block_tokens", 1)):
-            if getattr(self, name) is not None:
+            if name not in optional or getattr(self, name) is not None:
                 object.__setattr__(self, name,
                                    _check.whole(name, getattr(self, name), minimum))
         if self.kv_reserve not in RESERVES:
