@@ -614,9 +614,10 @@ def _fluid_min(ref, replica, rate) -> int:
 FLUID_GUESS_BETA = 0.14
 """Headroom of :func:`plan`'s first simulated size over the fluid bound, in square roots
 of the busy replicas ``a``: the book's workload (2,000/300 tokens, the default replica and
-router) needed 15, 144 and 479 replicas at 30, 300 and 1,000 req/s against fluid loads of
-14.2, 142.2 and 474.2, so ``ceil(a + 0.14 sqrt(a))`` lands on the answer or the size
-below it. Starting there rather than at the bound saved five of seven simulated points at
+router) needed 16, 144 and 479 replicas at 30, 300 and 1,000 req/s (the README's plan at
+30 req/s on 2026-12-03; the others measured on 2026-12-02) against fluid loads of 14.2,
+142.2 and 474.2, so ``ceil(a + 0.14 sqrt(a))`` (15, 144 and 478) lands on the answer or
+the size below it. Starting there rather than at the bound saved five of seven simulated points at
 1,000 req/s; the search checks both sides, so the answer does not depend on it."""
 
 
