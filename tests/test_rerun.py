@@ -103,12 +103,12 @@ CHANGED_PARAMETER = {
 # print no glued verdict word (littles_law, offered_load) or none that a parameter
 # change flipped when tried (admission_control), measured on 2026-12-02 by re-running
 # each and comparing every glued word. utilization_knee's flip is checked above.
-# capacity_planning (re-derived on the default fused mixed replica and jsq,
-# 2026-12-03): TARGET 0.95 raises the plan rate, and the whole-hour checks at it flip
-# (hour meets -> unstable, bootstrap misses -> open) as does exercise 1 (meets -> open).
+# capacity_planning (replays decided on attainment, 2026-12-03): TARGET 0.95 raises the
+# plan rate, and the whole-hour checks at it flip (hour open -> meets at both run lengths,
+# bootstrap misses -> open).
 FLIPS = {
     "agent_amplification": ("sim_agree",),
-    "capacity_planning": ("ex1_verdict", "hour_verdict", "boot_verdict"),
+    "capacity_planning": ("hour_verdict", "hour2_verdict", "boot_verdict"),
     "choosing_hardware": ("tie_8b", "tie_70b"),
     "chunked_prefill": ("verdict_add", "slack_word"),
     "fast_model_slow_product": ("chunk_verdict_fused",),

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from servingcap import stats
 from servingcap.__main__ import main
-from servingcap.planning import Replay, _Trace, evaluate, fluid_rate
+from servingcap.planning import Replay, _Replay, _Trace, evaluate, fluid_rate
 from servingcap.serving import Replica, simulate
 from servingcap.traffic import BOOTSTRAP_SEGMENT_S, block_bootstrap, bootstrap_windows, mean_rate
 
@@ -180,6 +180,28 @@ def test_replay_is_the_opt_in_for_a_table_as_recorded():
     assert evaluate(table.iloc[:300], SMALL, rate, budget=3, **FAST)["replications"] == 3
     with pytest.raises(ValueError, match="requests"):
         Replay(table.iloc[:1])
+
+
+def test_replay_covers_every_row_in_equal_blocks():
+    # 1,000 rows in runs of at least 400 requests: two blocks of 500, not two of 400
+    # with the last 200 rows never replayed (a bad day injected late in a slice must be
+    # in the replay)
+    table = _trace(1000)
+    source = _Replay(table)
+    k = source.blocks(400)
+    rows = np.concatenate([source.sample(1.0, 400, i)["row"].to_numpy() for i in range(k)])
+    assert k == 2
+    np.testing.assert_array_equal(np.sort(rows), table["row"].to_numpy())
+
+
+def test_replay_is_decided_on_attainment_not_on_its_trend():
+    # at twice the fluid bound the queue grows all along: the resampled table is called
+    # unstable, while the replay of the same table, a finite scenario, is decided on its
+    # attainment (all requests counted, so it misses)
+    table = _trace(3000).drop(columns="row").assign(prompt_tokens=1000, output_tokens=40)
+    rate = 2.0 * fluid_rate(table, SMALL)
+    assert evaluate(table, SMALL, rate, budget=3, **FAST)["verdict"] == "unstable"
+    assert evaluate(Replay(table), SMALL, rate, budget=3, **FAST)["verdict"] == "misses"
 
 
 # --------------------------------------------------------------------------- replications

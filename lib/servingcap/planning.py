@@ -309,14 +309,23 @@ class _Trace:
 class Replay:
     """A request table replayed as recorded rather than resampled (opt-in).
 
-    Replication *i* is the table's *i*-th consecutive block of ``n`` rows (``n`` from
-    ``holds`` and ``min_requests``), rescaled to the rate; the whole table, as one
-    replication, when it is shorter than one block. So a table holds at most
-    ``len(table) // n`` replications whatever the budget, and a short one is decided on
-    batch means within its single run. Use it to ask about one stretch of traffic
-    exactly (a recorded bad hour, a slice); for a capacity answer pass the table itself,
-    whose replications are block bootstraps (:func:`servingcap.traffic.block_bootstrap`)
-    limited by the budget alone. ``requests``: a table as :func:`evaluate` takes."""
+    The table is cut into ``k = max(1, len(table) // n)`` consecutive blocks of equal
+    size (``n`` from ``holds`` and ``min_requests``), so every row is replayed and each
+    block holds at least ``n`` rows unless the whole table is shorter; replication *i*
+    is block *i*, rescaled to the rate. So a table holds at most ``k`` replications
+    whatever the budget, and a table shorter than two runs is replayed whole as one
+    replication, decided on batch means within it. Use it to ask about one stretch of
+    traffic exactly (a recorded bad hour, a slice, a bad day injected into one); for a
+    capacity answer pass the table itself, whose replications are block bootstraps
+    (:func:`servingcap.traffic.block_bootstrap`) limited by the budget alone.
+
+    A replay is a finite scenario, not a sample of a steady state, so two rules of the
+    synthetic sources do not apply: its verdict is decided on attainment alone (a
+    trend along a recorded or injected bad minute is the scenario, not a run-length
+    artefact, so no point is called ``unstable``), and its warm-up cut is at most the
+    requests arriving in the first hold time of a block (the empty fleet filling; a
+    burst at the start of the recording is traffic, and MSER-5 would delete it).
+    ``requests``: a table as :func:`evaluate` takes."""
 
     requests: pd.DataFrame
 
@@ -334,7 +343,8 @@ class _Replay:
         return max(1, len(self.frame) // n)
 
     def sample(self, rate: float, n: int, index: int) -> pd.DataFrame:
-        block = self.frame.iloc[index * n:(index + 1) * n]
+        k, rows = self.blocks(n), len(self.frame)      # k equal blocks cover every row
+        block = self.frame.iloc[index * rows // k:(index + 1) * rows // k]
         block = rescale_to_rate(block, rate)
         return block.assign(arrival_s=block["arrival_s"] - block["arrival_s"].iloc[0])
 
@@ -840,6 +850,10 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
     conf = s.design.confidence
     short = min(r["arrival"].size for r in runs) < _MIN_SERIES
     cuts = [0] * len(runs) if short else stats.warmup_cuts([_signal(r) for r in runs])
+    replay = isinstance(s.source, _Replay)
+    if replay:      # only the empty fleet's fill is warm-up: at most one hold time
+        cuts = [min(c, int(np.searchsorted(r["arrival"], r["arrival"][0] + s.hold_s)))
+                for r, c in zip(runs, cuts, strict=True)]
     per = []
     for run, cut in zip(runs, cuts, strict=True):
         cut = min(cut, run["arrival"].size - 2)
@@ -869,7 +883,7 @@ def _summarize(runs: list[dict], s: _Setup, rate: float, stage: int, cap: int) -
                     "ttft_p99": _p99(run["ttft"][cut:]),
                     "run_s": float(run["arrival"][-1] - start), "requests": ok.size,
                     "warmup_s": float(start - run["arrival"][0]),
-                    "steady": short or _steady(run, s)})
+                    "steady": short or replay or _steady(run, s)})
     table = pd.DataFrame(per)
     kept = [min(c, r["arrival"].size - 2) for r, c in zip(runs, cuts, strict=True)]
     ttft_parts = [r["ttft"][c:] for r, c in zip(runs, kept, strict=True)]
