@@ -141,6 +141,7 @@ class Router:
         self.heap: list | None = None
         if name in ("jsq", "least_requests") and len(engines) > 1:   # (one: no choice)
             self.key = self._jsq_key if name == "jsq" else self._count_key
+            self.jsq, self.batch = name == "jsq", self.spec.max_batch
             self.version = [0] * len(engines)
             self.keys = [self.key(e) for e in engines]    # each replica's key in the heap
             self.heap = [(key, e.index, 0) for key, e in zip(self.keys, engines, strict=True)]
@@ -170,11 +171,20 @@ class Router:
         return (0, -free, e.index) if free else (1, e.queue_depth(), e.index)
 
     def update(self, engine) -> None:
-        """``engine``'s queue or running set may have changed: refresh its key."""
+        """``engine``'s queue or running set may have changed: refresh its key (the
+        keys of :meth:`_jsq_key` and :meth:`_count_key`, from the same signals, written
+        in: a simulation calls this after every step)."""
         if self.heap is None:
             return
         k = engine.index
-        key = self.key(engine)
+        # queue_depth() and running_requests(), read directly (each replica has its own
+        # queue when there is a heap)
+        depth, running = len(engine.queue.heap), len(engine.running)
+        if self.jsq:
+            free = self.batch - running - depth        # (free_slots, before its max)
+            key = (0, -free, k) if free > 0 else (1, depth, k)
+        else:
+            key = (depth + running, k)
         if key == self.keys[k]:
             return                  # most steps change neither free slots nor the queue
         self.keys[k] = key
