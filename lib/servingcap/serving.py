@@ -708,7 +708,14 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
 def _block_ids(column: pd.Series) -> list:
     """``hash_ids``: per request, a list of prompt-block ids (ints or strings)."""
     ids = column.tolist()
-    for row, value in enumerate(ids):
+    rows, blocks = set(map(type, ids)), set()     # each type checked once, when all pass
+    if all(issubclass(t, (list, tuple, np.ndarray)) for t in rows):
+        for value in ids:
+            blocks.update(map(type, value))
+        if not any(issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer, str))
+                   for t in blocks):
+            return ids
+    for row, value in enumerate(ids):             # else the first bad one, named
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
             raise ValueError(f"hash_ids must hold a list of block ids per request, got {value!r} "
                              f"at row {row}")
@@ -921,13 +928,16 @@ class _Engine:
         return int(min(hits * self.spec.prefix_block_tokens, self.req.prompt[i] - 1))
 
     def _remember_prefix(self, i: int) -> None:
-        if not self.spec.prefix_cache_blocks:
+        cap, prefix = self.spec.prefix_cache_blocks, self.prefix
+        if not cap:
             return
-        for block in self.req.hash_ids[i]:
-            self.prefix[block] = True
-            self.prefix.move_to_end(block)
-        while len(self.prefix) > self.spec.prefix_cache_blocks:
-            self.prefix.popitem(last=False)
+        for block in self.req.hash_ids[i]:                # most recently used last
+            if block in prefix:
+                prefix.move_to_end(block)
+            else:
+                prefix[block] = True
+        for _ in range(len(prefix) - cap):                # least recently used out
+            prefix.popitem(last=False)
 
     # ---- one step
     def plan(self, now: float) -> None:
