@@ -206,13 +206,25 @@ class FastEngine(_Engine):
     def work_at(self, t: float) -> int:
         """Outstanding work (tokens) at ``t``, as if the steps of a run ending before
         ``t`` had been applied one by one."""
-        if self.repeat <= 1 or self.busy_until == math.inf:
+        repeat = self.repeat
+        if repeat <= 1 or self.busy_until == math.inf:
             return self.work
-        if not self.chunk_run:
-            return super().work_at(t)
+        if not self.chunk_run:              # (the reference's, written in: oracle_work
+            ended = math.ceil((t - self.step_start) / self.step_duration) - 1   # asks
+            if ended < 0:                   # every replica at every arrival)
+                ended = 0
+            elif ended > repeat:
+                ended = repeat
+            return self.work - ended * self.step_decode
         if self.tail and t > self.tail_start:          # the chunk run is over
-            done = (self.run_steps - 1) * self.step_work + self.run_last + self.step_decode + 1
-            return self.work - done - self._tail_ended(t) * (self.step_decode + 1)
+            decoding = self.step_decode
+            done = (self.run_steps - 1) * self.step_work + self.run_last + decoding + 1
+            ended = math.ceil((t - self.tail_start) / self.tail_s) - 1      # (_tail_ended)
+            if ended < 0:
+                ended = 0
+            elif ended > self.tail:
+                ended = self.tail
+            return self.work - done - ended * (decoding + 1)
         return self.work - bisect.bisect_left(self._run_bounds(), t) * self.step_work
 
     def enqueue(self, i: int) -> None:

@@ -210,7 +210,7 @@ class Router:
         elif self.heap is not None:
             target = self._top()
         elif name == "oracle_work":
-            t = self.req.arrival[i]
+            t = float(self.req.arrival[i])     # (the same value; Python floats are cheaper)
             target = min(engines, key=lambda e: e.work_at(t))
         elif name == "random":
             target = engines[int(self.rng.integers(len(engines)))]
