@@ -64,6 +64,23 @@ def test_bad_request_columns_are_named(column, values, match):
         simulate(reqs, Replica())
 
 
+@pytest.mark.parametrize("bad, match", [
+    (True, r"block ids \(ints or strings\), got True in row 3"),
+    (np.bool_(False), r"got (np\.)?False_? in row 3"),
+    (2.0, r"got 2.0 in row 3"),
+    ([1], r"got \[1\] in row 3"),
+    ("ab", None),                                       # strings are block ids
+    (np.int32(9), None),
+])
+def test_the_first_bad_block_id_is_named_with_its_row(bad, match):
+    # rows of every accepted kind (list, tuple, array; ints, numpy ints, strings) before
+    # the row with the block in question, a float row after it
+    ids = [[1, 2], (3, "x"), np.array([4, 5]), [6, bad], [7.5]]
+    reqs = small().assign(hash_ids=ids)
+    with pytest.raises(ValueError, match=match or r"got 7.5 in row 4"):
+        simulate(reqs, Replica(prefix_cache_blocks=8))
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"seed": "x"}, "seed"),
     ({"seed": -1}, "seed"),

@@ -105,6 +105,17 @@ def test_the_heap_picks_what_a_full_scan_picks(monkeypatch, router):
     assert len(scanned) == n and all(scanned)
 
 
+@pytest.mark.parametrize("router", ["jsq", "least_requests"])
+@pytest.mark.parametrize("scanned", [1, 4])
+def test_the_heap_and_the_scan_agree_with_the_keys(monkeypatch, router, scanned):
+    # A fleet of up to routers.SCANNED replicas is scanned at each arrival (one number
+    # per replica), a larger one keeps a heap of keys: both pick the least key, the
+    # lowest index on ties, as a scan of every replica's key does (SCANNED=1 forces the
+    # heap on these 4 replicas, SCANNED=4 the scan).
+    monkeypatch.setattr(routers, "SCANNED", scanned)
+    test_the_heap_picks_what_a_full_scan_picks(monkeypatch, router)
+
+
 def test_least_loaded_is_refused_with_its_new_name():
     reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [5]})
     with pytest.raises(ValueError, match="renamed 'oracle_work'"):

@@ -157,6 +157,8 @@ class FastEngine(_Engine):
         self.step_memo: list | None = (
             steps if self.decode_cache is not None and (spec.token_cap() != math.inf
                                                         or spec.chunk_tokens) else None)
+        # the additive cost without a memo: decode step plus prefill, summed in place
+        self.additive = self.decode_cache is not None and spec.step_cost == "additive"
         # a user cost model sees each step's detail (and steps never repeat, as in the
         # reference)
         self.user_cost = spec.step_time is not None
@@ -204,13 +206,25 @@ class FastEngine(_Engine):
     def work_at(self, t: float) -> int:
         """Outstanding work (tokens) at ``t``, as if the steps of a run ending before
         ``t`` had been applied one by one."""
-        if self.repeat <= 1 or self.busy_until == math.inf:
+        repeat = self.repeat
+        if repeat <= 1 or self.busy_until == math.inf:
             return self.work
-        if not self.chunk_run:
-            return super().work_at(t)
+        if not self.chunk_run:              # (the reference's, written in: oracle_work
+            ended = math.ceil((t - self.step_start) / self.step_duration) - 1   # asks
+            if ended < 0:                   # every replica at every arrival)
+                ended = 0
+            elif ended > repeat:
+                ended = repeat
+            return self.work - ended * self.step_decode
         if self.tail and t > self.tail_start:          # the chunk run is over
-            done = (self.run_steps - 1) * self.step_work + self.run_last + self.step_decode + 1
-            return self.work - done - self._tail_ended(t) * (self.step_decode + 1)
+            decoding = self.step_decode
+            done = (self.run_steps - 1) * self.step_work + self.run_last + decoding + 1
+            ended = math.ceil((t - self.tail_start) / self.tail_s) - 1      # (_tail_ended)
+            if ended < 0:
+                ended = 0
+            elif ended > self.tail:
+                ended = self.tail
+            return self.work - done - ended * (decoding + 1)
         return self.work - bisect.bisect_left(self._run_bounds(), t) * self.step_work
 
     def enqueue(self, i: int) -> None:
@@ -458,15 +472,26 @@ class FastEngine(_Engine):
             duration = self._user_cost(chunks)
             self.busy_until = now + duration
         elif not chunks:
-            duration = self._decode_time(decoding)
-            repeat = max(self._next_finish() - self.ticks, 1)
-            if repeat > 1 and self.limit != math.inf:
+            cache = self.decode_cache
+            duration = (cache[decoding] if cache is not None and decoding < len(cache)
+                        else self._decode_time(decoding))
+            repeat = (self._next_finish() if self.evicts else self.finishes[0][0]) - self.ticks
+            if repeat < 1:
+                repeat = 1
+            elif repeat > 1 and self.limit != math.inf:
                 repeat = self._fits_ahead(repeat)
             self.busy_until = now + repeat * duration
         else:
             memo = self.step_memo
-            duration = None if memo is None else memo[decoding][tokens]
-            if duration is None:
+            if memo is not None:
+                duration = memo[decoding][tokens]
+                if duration is None:
+                    duration = self._step_time(decoding, tokens)
+            elif self.additive:               # (Replica.step_s written in: a hot path)
+                cache = self.decode_cache
+                duration = (cache[decoding] if decoding < len(cache)
+                            else self._decode_time(decoding)) + tokens / self.rate
+            else:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
             # may repeat; in mixed mode a prompt's last chunk alone may lead a tail
@@ -787,6 +812,15 @@ class FastEngine(_Engine):
             self.busy_until = bounds[-1]
             self.run_last, self.last_admits, self.run_gap = 0, False, None
 
+    def _kept_gap(self) -> float:
+        """The largest step (s) of a chunk run cut to the step ends in :attr:`bounds`."""
+        previous, largest = self.step_start, 0.0
+        for end in self.bounds:
+            if end - previous > largest:
+                largest = end - previous
+            previous = end
+        return largest
+
     def finish_step(self) -> None:
         """Apply the step (or run) that ends at ``busy_until``."""
         now, s = self.busy_until, self.s
@@ -799,11 +833,7 @@ class FastEngine(_Engine):
                 # inside a run, so every later max over the log sees all of it
                 largest = self.run_gap
                 if largest is None:                    # cut: the steps kept
-                    previous, largest = self.step_start, 0.0
-                    for end in self.bounds:
-                        if end - previous > largest:
-                            largest = end - previous
-                        previous = end
+                    largest = self._kept_gap()
                 gaps.append(largest)
                 self.ticks += repeat
             (i, take), = self.step_chunks
@@ -822,8 +852,15 @@ class FastEngine(_Engine):
                 self.tail = 0
                 self._decode_run(now, self.tail_start, tail, decoding + 1)
         else:
-            if decoding:
-                self._decode_run(now, self.step_start, repeat, decoding)
+            if decoding:                               # (:meth:`_decode_run` written in)
+                if repeat > 1:
+                    step = (now - self.step_start) / repeat
+                    after = now - (now - step)
+                    gaps.append(after if after > step else step)
+                else:
+                    gaps.append(now - self.step_start)
+                self.ticks += repeat
+                self.work -= repeat * decoding
             done = 0
             for i, take in self.step_chunks:
                 self.work -= take
@@ -835,7 +872,9 @@ class FastEngine(_Engine):
                     self._first_token(i, now)
             if done:
                 del self.prefilling[:done]
-        self._retire(now)
+        finishes = self.finishes
+        if finishes and finishes[0][0] <= self.ticks:
+            self._retire(now)
 
     def _finish_tail(self) -> None:
         """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
@@ -849,11 +888,7 @@ class FastEngine(_Engine):
             if decoding:
                 largest = self.run_gap
                 if largest is None:                    # cut: the steps kept
-                    previous, largest = self.step_start, 0.0
-                    for end in self.bounds:
-                        if end - previous > largest:
-                            largest = end - previous
-                        previous = end
+                    largest = self._kept_gap()
                 gaps.append(largest)
                 self.ticks += repeat
             (i, take), = self.step_chunks

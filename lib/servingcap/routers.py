@@ -120,6 +120,23 @@ def _stable_hash(key) -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big")
 
 
+SCANNED = 4
+"""Fleets of up to this many replicas: ``jsq`` and ``least_requests`` scan the replicas at
+each arrival instead of keeping a heap of their keys."""
+
+
+def _count_order(e) -> int:
+    """``least_requests``: outstanding requests (:meth:`Router._count_key` less the index)."""
+    return e.queue_depth() + e.running_requests()
+
+
+def _jsq_order(e) -> int:
+    """``jsq``'s order in one number (:meth:`Router._jsq_key` less the index): minus the
+    free slots when there are some, else the waiting queue (>= 0 > any minus free)."""
+    free = e.free_slots()
+    return -free if free else e.queue_depth()
+
+
 class Router:
     """Picks the replica for each arrival; see the module docstring and
     :func:`servingcap.serving.simulate`'s ``router``.
@@ -139,8 +156,12 @@ class Router:
         self.next_rr = 0
         self.spec = engines[0].spec
         self.heap: list | None = None
-        if name in ("jsq", "least_requests") and len(engines) > 1:   # (one: no choice)
-            self.key = self._jsq_key if name == "jsq" else self._count_key
+        # jsq and least_requests over a small fleet: a scan at each arrival (cheaper than
+        # keeping a heap of keys fresh after every step); over a large one, the heap
+        self.scan = name in ("jsq", "least_requests") and 1 < len(engines) <= SCANNED
+        self.key = self._jsq_key if name == "jsq" else self._count_key
+        if name in ("jsq", "least_requests") and len(engines) > SCANNED:
+            self.jsq, self.batch = name == "jsq", self.spec.max_batch
             self.version = [0] * len(engines)
             self.keys = [self.key(e) for e in engines]    # each replica's key in the heap
             self.heap = [(key, e.index, 0) for key, e in zip(self.keys, engines, strict=True)]
@@ -170,11 +191,20 @@ class Router:
         return (0, -free, e.index) if free else (1, e.queue_depth(), e.index)
 
     def update(self, engine) -> None:
-        """``engine``'s queue or running set may have changed: refresh its key."""
+        """``engine``'s queue or running set may have changed: refresh its key (the
+        keys of :meth:`_jsq_key` and :meth:`_count_key`, from the same signals, written
+        in: a simulation calls this after every step)."""
         if self.heap is None:
             return
         k = engine.index
-        key = self.key(engine)
+        # queue_depth() and running_requests(), read directly (each replica has its own
+        # queue when there is a heap)
+        depth, running = len(engine.queue.heap), len(engine.running)
+        if self.jsq:
+            free = self.batch - running - depth        # (free_slots, before its max)
+            key = (0, -free, k) if free > 0 else (1, depth, k)
+        else:
+            key = (depth + running, k)
         if key == self.keys[k]:
             return                  # most steps change neither free slots nor the queue
         self.keys[k] = key
@@ -199,8 +229,10 @@ class Router:
             target = engines[0]
         elif self.heap is not None:
             target = self._top()
+        elif self.scan:                     # the least key (the first: the lowest index)
+            target = min(engines, key=_jsq_order if name == "jsq" else _count_order)
         elif name == "oracle_work":
-            t = self.req.arrival[i]
+            t = float(self.req.arrival[i])     # (the same value; Python floats are cheaper)
             target = min(engines, key=lambda e: e.work_at(t))
         elif name == "random":
             target = engines[int(self.rng.integers(len(engines)))]

@@ -708,7 +708,14 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
 def _block_ids(column: pd.Series) -> list:
     """``hash_ids``: per request, a list of prompt-block ids (ints or strings)."""
     ids = column.tolist()
-    for row, value in enumerate(ids):
+    rows, blocks = set(map(type, ids)), set()     # each type checked once, when all pass
+    if all(issubclass(t, (list, tuple, np.ndarray)) for t in rows):
+        for value in ids:
+            blocks.update(map(type, value))
+        if not any(issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer, str))
+                   for t in blocks):
+            return ids
+    for row, value in enumerate(ids):             # else the first bad one, named
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
             raise ValueError(f"hash_ids must hold a list of block ids per request, got {value!r} "
                              f"at row {row}")
@@ -921,13 +928,16 @@ class _Engine:
         return int(min(hits * self.spec.prefix_block_tokens, self.req.prompt[i] - 1))
 
     def _remember_prefix(self, i: int) -> None:
-        if not self.spec.prefix_cache_blocks:
+        cap, prefix = self.spec.prefix_cache_blocks, self.prefix
+        if not cap:
             return
-        for block in self.req.hash_ids[i]:
-            self.prefix[block] = True
-            self.prefix.move_to_end(block)
-        while len(self.prefix) > self.spec.prefix_cache_blocks:
-            self.prefix.popitem(last=False)
+        for block in self.req.hash_ids[i]:                # most recently used last
+            if block in prefix:
+                prefix.move_to_end(block)
+            else:
+                prefix[block] = True
+        for _ in range(len(prefix) - cap):                # least recently used out
+            prefix.popitem(last=False)
 
     # ---- one step
     def plan(self, now: float) -> None:
@@ -1288,20 +1298,30 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     capped = replica.max_queue is not None
     # next step end of every replica: a heap of (busy_until, index), refreshed after each
     # call that moves a replica's busy_until; an entry is stale once the replica's
-    # busy_until differs from it (O(log replicas) per event, ties to the lowest index)
+    # busy_until differs from it (O(log replicas) per event, ties to the lowest index).
+    # One replica needs no heap; routers without a key heap need no update (hot loop).
     ends = [(e.busy_until, e.index) for e in engines]
     heapq.heapify(ends)
-    a, n_req = 0, req.n
-    bounded = horizon != math.inf
+    heaped, indexed = n_rep > 1, route.heap is not None
+    a, n_req, inf = 0, req.n, math.inf
+    times.append(inf)                                   # (arrival times are finite)
+    bounded = horizon != inf
+    engine = engines[0]
+    heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
 
     while True:
-        while engines[ends[0][1]].busy_until != ends[0][0]:
-            heapq.heappop(ends)
-        engine = engines[ends[0][1]]
-        t_arrival = times[a] if a < n_req else math.inf
-        if bounded and min(t_arrival, engine.busy_until) > horizon:
+        if heaped:
+            top = ends[0]
+            engine = engines[top[1]]
+            while engine.busy_until != top[0]:
+                heappop(ends)
+                top = ends[0]
+                engine = engines[top[1]]
+        now = engine.busy_until
+        t_arrival = times[a]
+        if bounded and min(t_arrival, now) > horizon:
             break
-        if t_arrival <= engine.busy_until and a < n_req:
+        if t_arrival <= now and a < n_req:
             i = rows[a]
             a += 1
             target = route.pick(i)
@@ -1314,30 +1334,33 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
                 req.outcome[i], req.finish[i], req.replica[i] = "rejected", t_arrival, target.index
             else:
                 target.enqueue(i)
-                route.update(target)
+                if indexed:
+                    route.update(target)
                 if queue not in touched:
                     touched.append(queue)
-            if a < n_req and times[a] == t_arrival:
+            if times[a] == t_arrival:
                 continue                                # simultaneous arrivals join one step
             for q in touched:
                 for server in q.replicas:
                     busy = server.busy_until
-                    if busy == math.inf:
+                    if busy == inf:
                         server.plan(t_arrival)          # wake an idle replica
-                        route.update(server)
+                        if indexed:
+                            route.update(server)
                     else:
                         server.cut(t_arrival)           # or let it admit at its next boundary
-                    if server.busy_until != busy:       # (else its entry is still there)
-                        heapq.heappush(ends, (server.busy_until, server.index))
+                    if heaped and server.busy_until != busy:   # (else: still there)
+                        heappush(ends, (server.busy_until, server.index))
             touched.clear()
             continue
-        if engine.busy_until == math.inf:
+        if now == inf:
             break                                   # every replica idle, no arrivals left
-        now = engine.busy_until
         engine.finish_step()
         engine.plan(now)
-        route.update(engine)
-        heapq.heappush(ends, (engine.busy_until, engine.index))
+        if indexed:
+            route.update(engine)
+        if heaped:                                  # (its entry is the top: replace it)
+            heapreplace(ends, (engine.busy_until, engine.index))
     if fast:
         for engine in engines:
             engine.settle()                 # write out the lazily counted decode state
