@@ -212,15 +212,18 @@ def test_mixed_chunk_runs_and_their_tails_equal_the_reference_exactly(monkeypatc
     # until_s horizon stops them, and routers read work and pending prefill mid-run
     from servingcap import _fast_engine
     taken = []                                   # per chunk run: the tail's steps
-    chunk_run = _fast_engine.FastEngine._chunk_run
 
-    def counted(self, *args):
-        steps = chunk_run(self, *args)
-        if steps > 1:
-            taken.append(self.tail)
-        return steps
+    def counting(method, tail_fast):             # every run once: _plan_tail calls
+        def counted(self, *args):                # _tail_run, plan calls _chunk_run
+            steps = method(self, *args)
+            if steps > 1 and self.tail_fast == tail_fast:
+                taken.append(self.tail)
+            return steps
+        return counted
 
-    monkeypatch.setattr(_fast_engine.FastEngine, "_chunk_run", counted)
+    for name, tail_fast in (("_chunk_run", False), ("_tail_run", True)):
+        method = getattr(_fast_engine.FastEngine, name)
+        monkeypatch.setattr(_fast_engine.FastEngine, name, counting(method, tail_fast))
     short = requests(n=250, rate=2.0, seed=13, prompt=(100, 700), outputs=(1, 60))
     frame = requests(n=300, rate=3.0, seed=17, outputs=(1, 120))
     for rows, spec, options in [

@@ -84,15 +84,20 @@ def test_the_heap_picks_what_a_full_scan_picks(monkeypatch, router):
     # The indexed routers refresh a replica's key only when simulate reports an event
     # there; a missed event would make the heap disagree with a scan of every replica.
     scanned = []
-    original = Router.pick
+    init = Router.__init__
 
-    def checked(self, i):
-        target = original(self, i)
-        best = min(self.engines, key=self.key)
-        scanned.append(target is best)
-        return target
+    def checked_init(self, *args, **kwargs):     # spy on the picker simulate calls
+        init(self, *args, **kwargs)              # (bound in __init__ for the hot ones)
+        original = self.pick
 
-    monkeypatch.setattr(Router, "pick", checked)
+        def checked(i):
+            target = original(i)
+            best = min(self.engines, key=self.key)
+            scanned.append(target is best)
+            return target
+        self.pick = checked
+
+    monkeypatch.setattr(Router, "__init__", checked_init)
     spec = Replica(max_batch=4, max_batched_tokens=256 + 4, kv_capacity_tokens=4_000,
                    timeout_s=3.0)
     rng = np.random.default_rng(8)

@@ -609,17 +609,22 @@ def test_work_accounting_returns_to_zero(monkeypatch):
     # recompute and timeouts: a request arriving after everything finished sees zero.
     from servingcap import routers
     seen, signals = [], []
-    original = routers.Router.pick
+    init = routers.Router.__init__
 
-    def spy(self, i):
-        t = self.req.arrival[i]
-        seen.append([e.work for e in self.engines])
-        signals.append([(e.queue_depth(), e.running_requests(), e.kv_tokens(t),
-                         e.pending_prefill(t), e.queued_tokens(), e.active_prompt_blocks())
-                        for e in self.engines])
-        return original(self, i)
+    def spied_init(self, *args, **kwargs):       # spy on the picker simulate calls
+        init(self, *args, **kwargs)              # (bound in __init__ for the hot ones)
+        original = self.pick
 
-    monkeypatch.setattr(routers.Router, "pick", spy)
+        def spy(i):
+            t = self.req.arrival[i]
+            seen.append([e.work for e in self.engines])
+            signals.append([(e.queue_depth(), e.running_requests(), e.kv_tokens(t),
+                             e.pending_prefill(t), e.queued_tokens(),
+                             e.active_prompt_blocks()) for e in self.engines])
+            return original(i)
+        self.pick = spy
+
+    monkeypatch.setattr(routers.Router, "__init__", spied_init)
     reqs = with_prefixes(poisson_requests(rate=6.0, n=600, seed=6, prompt=1000,
                                           outputs=(200, 800)), 8, seed=2)
     late = pd.DataFrame({"arrival_s": [10_000.0], "prompt_tokens": [10], "output_tokens": [2],

@@ -546,10 +546,10 @@ class FastEngine(_Engine):
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
-            if single:
-                repeat = self._chunk_run(now, duration, i, take)
+            if single:                                 # (:meth:`_chunk_run`'s own)
+                repeat = self._tail_run(now, duration, i, take)
             elif len(chunks) == 1:
-                repeat = self._chunk_run(now, duration, *chunks[0])
+                repeat = self._tail_run(now, duration, *chunks[0])
         elif decoding:
             cache = self.decode_cache
             duration = (cache[decoding] if cache is not None and decoding < len(cache)
@@ -879,7 +879,8 @@ class FastEngine(_Engine):
     def _finish_tail(self) -> None:
         """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
         :meth:`_first_token` (a request is never preempted, so its prefill ends with its
-        first token), :meth:`_decode_run` and :meth:`_retire` written in."""
+        first token), :meth:`_decode_run` (once, for a chunk run's tail or a run of
+        decode steps) and :meth:`_retire` written in."""
         now, s, gaps = self.busy_until, self.s, self.gaps
         decoding = self.step_decode
         if self.chunk_run:                             # a chunk run
@@ -910,23 +911,26 @@ class FastEngine(_Engine):
             else:
                 s.left[i] -= take * repeat
                 self.work -= self.step_work * repeat
+            chunks = ()
             if tail:                                   # then the decode steps after it
                 self.tail = 0
-                start = self.tail_start
-                if tail > 1:
-                    step = (now - start) / tail
-                    after = now - (now - step)
-                    gaps.append(after if after > step else step)
-                else:
-                    gaps.append(now - start)
-                self.ticks += tail
-                self.work -= tail * (decoding + 1)
+                start, repeat, decoding = self.tail_start, tail, decoding + 1
+            else:
+                decoding = 0
         else:
-            repeat = self.repeat
-            if decoding:
-                self._decode_run(now, self.step_start, repeat, decoding)
-            done = 0
-            for i, take in self.step_chunks:
+            start, repeat, chunks = self.step_start, self.repeat, self.step_chunks
+        if decoding:                                   # a run of decode steps
+            if repeat > 1:
+                step = (now - start) / repeat
+                after = now - (now - step)
+                gaps.append(after if after > step else step)
+            else:
+                gaps.append(now - start)
+            self.ticks += repeat
+            self.work -= repeat * decoding
+        if chunks:                                     # after the decodes, as the
+            done = 0                                   # reference orders them
+            for i, take in chunks:
                 self.work -= take
                 left = s.left[i] = s.left[i] - take
                 if left == 0:

@@ -125,11 +125,6 @@ SCANNED = 4
 each arrival instead of keeping a heap of their keys."""
 
 
-def _count_order(e) -> int:
-    """``least_requests``: outstanding requests (:meth:`Router._count_key` less the index)."""
-    return e.queue_depth() + e.running_requests()
-
-
 def _jsq_order(e) -> int:
     """``jsq``'s order in one number (:meth:`Router._jsq_key` less the index): minus the
     free slots when there are some, else the waiting queue (>= 0 > any minus free)."""
@@ -171,6 +166,15 @@ class Router:
             # LRU of the replica's prefix-cache size, unbounded when it has none)
             self.index = [OrderedDict() for _ in engines]
             self.capacity = self.spec.prefix_cache_blocks or math.inf
+        if name == "oracle_work":
+            self.arrival = req.arrival.tolist()   # (Python floats: read at every arrival)
+        # the routers a simulation calls most, bound once (:meth:`pick` otherwise)
+        if name not in PREFIX_AWARE and (name == "pooled" or len(engines) == 1):
+            self.pick = self._only
+        elif self.scan and name == "least_requests":
+            self.pick = self._least_requests
+        elif name == "oracle_work" and len(engines) > 1:
+            self.pick = self._least_work
         if name == "affinity":
             self.bound = _check.number("affinity_bound", bound)
             if self.bound < 1:
@@ -229,11 +233,12 @@ class Router:
             target = engines[0]
         elif self.heap is not None:
             target = self._top()
-        elif self.scan:                     # the least key (the first: the lowest index)
-            target = min(engines, key=_jsq_order if name == "jsq" else _count_order)
+        elif self.scan and name == "jsq":   # the least key (the first: the lowest index)
+            target = min(engines, key=_jsq_order)
+        elif self.scan:
+            target = self._least_requests(i)
         elif name == "oracle_work":
-            t = float(self.req.arrival[i])     # (the same value; Python floats are cheaper)
-            target = min(engines, key=lambda e: e.work_at(t))
+            target = self._least_work(i)
         elif name == "random":
             target = engines[int(self.rng.integers(len(engines)))]
         elif name == "power_of_two":
@@ -249,6 +254,29 @@ class Router:
         if name in ("affinity", "cache_aware", "endpoint_picker"):
             self._remember(target.index, i)
         return target
+
+    def _least_requests(self, i: int):
+        """``least_requests`` over a scanned fleet: :meth:`_count_key`'s count written
+        in (each replica has its own queue here), the first least."""
+        target, least = None, math.inf
+        for e in self.engines:
+            count = len(e.queue.heap) + len(e.running)
+            if count < least:
+                target, least = e, count
+        return target
+
+    def _least_work(self, i: int):
+        """``oracle_work``: the least outstanding work at the arrival, the first least."""
+        t = self.arrival[i]
+        target, least = None, math.inf
+        for e in self.engines:
+            work = e.work_at(t)
+            if work < least:
+                target, least = e, work
+        return target
+
+    def _only(self, i: int):
+        return self.engines[0]
 
     # ---- the gateway's prefix index
     def _blocks(self, i: int) -> list:

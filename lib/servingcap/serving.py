@@ -1308,6 +1308,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
     bounded = horizon != inf
     engine = engines[0]
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
+    pick = route.pick
 
     while True:
         if heaped:
@@ -1324,7 +1325,7 @@ def simulate(requests: pd.DataFrame, replica: Replica | None = None, *, replicas
         if t_arrival <= now and a < n_req:
             i = rows[a]
             a += 1
-            target = route.pick(i)
+            target = pick(i)
             queue = target.queue
             # requests that will wait for a slot: the queue beyond the free slots it feeds
             if prompts[i] > longest or (capped and (
