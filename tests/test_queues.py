@@ -24,6 +24,8 @@ from servingcap.queues import (
     little,
     little_check,
     sqrt_staffing,
+    sqrt_staffing_beta,
+    sqrt_staffing_load,
 )
 
 
@@ -309,6 +311,25 @@ def test_sqrt_staffing_values(a, beta, expected):
     assert sqrt_staffing(a, beta) == expected
 
 
+def test_sqrt_staffing_inverses_on_the_halfin_whitt_example():
+    # 40,000 Erlangs at beta = 2 need exactly 40,000 + 2 * 200 = 40,400 servers, so
+    # the inverses must recover each number from the other two (to round-off)
+    assert sqrt_staffing_beta(40_400, 40_000.0) == pytest.approx(2.0, rel=1e-12)
+    assert sqrt_staffing_load(40_400, 2.0) == pytest.approx(40_000.0, rel=1e-12)
+    assert sqrt_staffing(sqrt_staffing_load(40_400, 2.0), 2.0) == 40_400
+
+
+@pytest.mark.parametrize("c", [0.5, 3, 8, 7.5, 256, 1e6])
+@pytest.mark.parametrize("beta", [1e-3, 0.8, 2.0, 50.0])
+def test_sqrt_staffing_load_inverts_beta_and_pools(c, beta):
+    a = sqrt_staffing_load(c, beta)
+    assert 0 < a < c
+    assert a + beta * math.sqrt(a) == pytest.approx(c, rel=1e-12)
+    assert sqrt_staffing_beta(c, a) == pytest.approx(beta, rel=1e-9)
+    # pooling: one server more carries more per server at the same beta
+    assert sqrt_staffing_load(c + 1, beta) / (c + 1) > a / c
+
+
 def test_halfin_whitt_beta_two():
     phi, Phi = stats.norm.pdf(2.0), stats.norm.cdf(2.0)
     expected = 1 / (1 + 2.0 * Phi / phi)
@@ -362,6 +383,11 @@ BAD_INPUTS = [
     (sqrt_staffing, (-5.0, 2.0), "offered_load", "-5.0"),
     (sqrt_staffing, (5.0, -1.0), "beta", "-1.0"),
     (sqrt_staffing, (5.0, float("inf")), "beta", "inf"),
+    (sqrt_staffing_beta, (0, 1.0), "servers", "0"),
+    (sqrt_staffing_beta, (8, -1.0), "offered_load", "-1.0"),
+    (sqrt_staffing_load, (-8.0, 1.0), "servers", "-8.0"),
+    (sqrt_staffing_load, (8, 0.0), "beta", "0.0"),
+    (sqrt_staffing_load, (8, float("nan")), "beta", "nan"),
     (halfin_whitt_prob_wait, (0.0,), "beta", "0.0"),
     (little_check, (-1.0, 20.0, 0.5), "L", "-1.0"),
     (little_check, (10.0, 0.0, 0.5), "arrival_rate", "0.0"),
@@ -409,6 +435,8 @@ def test_quantile_level_outside_open_unit_interval(p):
     (MMc, (9.0, 1.0, 8), "1.125"),
     (erlang_c, (8, 8.0), "1"),
     (erlang_c, (8, 10.0), "1.25"),
+    (sqrt_staffing_beta, (8, 8.0), "1"),
+    (sqrt_staffing_beta, (8, 10.0), "1.25"),
 ])
 def test_unstable_queue_raises_and_shows_rho(func, args, rho):
     with pytest.raises(servingcap.UnstableQueueError) as info:
@@ -420,7 +448,8 @@ def test_unstable_queue_raises_and_shows_rho(func, args, rho):
 
 def test_public_names():
     for name in ("little", "little_check", "MM1", "MG1", "MMc", "erlang_b", "erlang_c",
-                 "sqrt_staffing", "halfin_whitt_prob_wait"):
+                 "sqrt_staffing", "sqrt_staffing_beta", "sqrt_staffing_load",
+                 "halfin_whitt_prob_wait"):
         assert name in queues.__all__
 
 

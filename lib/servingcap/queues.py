@@ -27,6 +27,8 @@ __all__ = [
     "erlang_b",
     "erlang_c",
     "sqrt_staffing",
+    "sqrt_staffing_beta",
+    "sqrt_staffing_load",
     "halfin_whitt_prob_wait",
 ]
 
@@ -399,6 +401,49 @@ def sqrt_staffing(offered_load: float, beta: float) -> int:
     target = a + beta * math.sqrt(a)
     c = math.ceil(target - 1e-9 * target)  # tolerate round-off when target is whole
     return max(c, math.floor(a) + 1)
+
+
+@_check.guarded
+def sqrt_staffing_beta(servers: float, offered_load: float) -> float:
+    """The beta at which ``servers`` carry ``offered_load``: beta = (c - a) / sqrt(a),
+    the staffing rule c = a + beta * sqrt(a) read backwards (before any rounding).
+
+    Parameters
+    ----------
+    servers : float
+        c, > 0, in the unit of the load (replicas, slots); need not be whole.
+    offered_load : float
+        a, in the same unit, 0 < a < c. Raises :class:`~servingcap.UnstableQueueError`
+        when a >= c (no headroom: the rule does not apply to an unstable queue).
+    """
+    c = _check.positive("servers", servers)
+    a = _check.positive("offered_load", offered_load)
+    _check.stable(a / c, f"offered_load={a:g} on servers={c:g}")
+    return (c - a) / math.sqrt(a)
+
+
+@_check.guarded
+def sqrt_staffing_load(servers: float, beta: float) -> float:
+    """The offered load ``servers`` carry at ``beta``: the root a of
+    a + beta * sqrt(a) = c, sqrt(a) = (sqrt(beta^2 + 4c) - beta) / 2
+    = 2c / (sqrt(beta^2 + 4c) + beta).
+
+    The inverse of :func:`sqrt_staffing` in the load, without its rounding: what a
+    fleet of c servers can take at the same quality of service (beta from
+    :func:`sqrt_staffing_beta`). A larger fleet carries more per server: a / c rises
+    towards 1 as c grows at fixed beta.
+
+    Parameters
+    ----------
+    servers : float
+        c, > 0, in the unit of the load; need not be whole.
+    beta : float
+        Quality-of-service parameter, > 0 (at 0 the load would equal c: unstable).
+    """
+    c = _check.positive("servers", servers)
+    beta = _check.positive("beta", beta)
+    root = 2 * c / (math.sqrt(beta * beta + 4 * c) + beta)    # (no cancellation)
+    return root * root
 
 
 def halfin_whitt_prob_wait(beta: float) -> float:
