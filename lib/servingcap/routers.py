@@ -125,6 +125,11 @@ SCANNED = 4
 each arrival instead of keeping a heap of their keys."""
 
 
+def _count_order(e) -> int:
+    """``least_requests``: outstanding requests (:meth:`Router._count_key` less the index)."""
+    return e.queue_depth() + e.running_requests()
+
+
 def _jsq_order(e) -> int:
     """``jsq``'s order in one number (:meth:`Router._jsq_key` less the index): minus the
     free slots when there are some, else the waiting queue (>= 0 > any minus free)."""
@@ -158,9 +163,13 @@ class Router:
         if name in ("jsq", "least_requests") and len(engines) > SCANNED:
             self.jsq, self.batch = name == "jsq", self.spec.max_batch
             self.version = [0] * len(engines)
-            self.keys = [self.key(e) for e in engines]    # each replica's key in the heap
+            # each replica's key in the heap: one number (:func:`_jsq_order`, the
+            # outstanding count), ties to the lowest index by the heap entry's second
+            order = _jsq_order if self.jsq else _count_order
+            self.keys = [order(e) for e in engines]
             self.heap = [(key, e.index, 0) for key, e in zip(self.keys, engines, strict=True)]
             heapq.heapify(self.heap)
+            self.pick = self._top
         if name in ("affinity", "cache_aware", "endpoint_picker"):
             # the gateway's own record of the prompt blocks it sent to each replica (an
             # LRU of the replica's prefix-cache size, unbounded when it has none)
@@ -203,12 +212,12 @@ class Router:
         k = engine.index
         # queue_depth() and running_requests(), read directly (each replica has its own
         # queue when there is a heap)
-        depth, running = len(engine.queue.heap), len(engine.running)
+        depth = len(engine.queue.heap)
         if self.jsq:
-            free = self.batch - running - depth        # (free_slots, before its max)
-            key = (0, -free, k) if free > 0 else (1, depth, k)
+            free = self.batch - len(engine.running) - depth    # (free_slots, before its
+            key = -free if free > 0 else depth                 # max: _jsq_order)
         else:
-            key = (depth + running, k)
+            key = depth + len(engine.running)
         if key == self.keys[k]:
             return                  # most steps change neither free slots nor the queue
         self.keys[k] = key
@@ -219,7 +228,8 @@ class Router:
                          for e in self.engines]
             heapq.heapify(self.heap)
 
-    def _top(self):
+    def _top(self, i: int | None = None):
+        """The replica at the top of the key heap (``i``, the arrival, is not read)."""
         heap, version = self.heap, self.version
         while heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)
