@@ -187,14 +187,15 @@ class FastEngine(_Engine):
         self.last_admits = False              # could admit at that chunk's start
         self.run_steps = 0                    # the chunk run's steps
         # mixed mode: the decode steps the prompt's first token leads into, taken with
-        # the chunk run when nothing can join in between (:meth:`_chunk_run`)
+        # the chunk run when nothing can join in between (:meth:`_tail_run`)
         self.tail = 0                         # how many (0: none)
         self.tail_start = self.tail_s = 0.0   # their start and duration (s)
-        self.tail_ok = (self.mixed and not (self.expires or self.evicts or self.user_cost
-                                            or spec.prefix_cache_blocks))
-        # ... and without until_s: every step admits, plans and runs as in
+        # mixed mode without timeouts, a memory limit or preemption, a cost model, a
+        # prefix cache or until_s: every step admits, plans and runs as in
         # :meth:`_plan_tail` (the general :meth:`plan` with its branches decided)
-        self.tail_fast = self.tail_ok and shared.horizon == math.inf
+        self.tail_fast = (self.mixed and not (self.expires or self.evicts or self.user_cost
+                                              or spec.prefix_cache_blocks)
+                          and shared.horizon == math.inf)
         if self.tail_fast:                    # (instance attributes: hot calls)
             self.plan, self.finish_step, self.cut = (self._plan_tail, self._finish_tail,
                                                      self._cut_tail)
@@ -494,8 +495,7 @@ class FastEngine(_Engine):
             else:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
-            # may repeat; in mixed mode a prompt's last chunk alone may lead a tail
-            if len(chunks) == 1 and (budget <= 0 or self.tail_ok) and not self.evicted:
+            if len(chunks) == 1 and budget <= 0 and not self.evicted:   # may repeat
                 repeat = self._chunk_run(now, duration, *chunks[0])
         self.step_chunks, self.step_decode, self.repeat = chunks, decoding, repeat
         self.step_start, self.step_duration = now, duration
@@ -661,16 +661,9 @@ class FastEngine(_Engine):
         queue shared with replicas that preempt is never run ahead.
 
         In mixed mode without timeouts, memory limit, preemption, prefix cache or
-        ``until_s``, a run that ends with the prompt's first token also takes the
-        *tail*: the reference then plans, at the run's end, pure decode steps of the
-        old decodes and the prompt (nothing is left to prefill, and the queue is
-        empty or the batch full) until the first finish, and so does this run. An
-        arrival cuts the tail as such a decode run (:meth:`cut`). No tail when a
-        decode finishes at the run's end or the prompt wants one token. With a tail,
-        a last chunk alone (the whole prompt, with budget to spare) is a run too:
-        :meth:`plan` asks for one."""
-        if self.tail_fast:
-            return self._tail_run(now, duration, i, take)
+        ``until_s`` (:attr:`tail_fast`), :meth:`_plan_tail` runs :meth:`_tail_run`
+        instead, which also takes the run's *tail*: the decode steps the prompt's
+        first token leads into."""
         limit, heap, mixed, evicts = self.limit, self.queue.heap, self.mixed, self.evicts
         if evicts and len(self.queue.replicas) > 1:
             return 1                     # another replica may requeue a preempted one
@@ -693,14 +686,9 @@ class FastEngine(_Engine):
                 last, steps = False, n
             if not last and steps > 1:
                 steps = self._fits_ahead(steps)
-        horizon, tail = self.s.horizon, 0
-        if last and self.tail_ok and horizon == math.inf:
-            # the tail: up to i's finish, or the next of the decodes after the run
-            tail = self.s.output[i] - 1
-            if decoding and finish - steps < tail:
-                tail = finish - steps
-        if steps <= 1 and tail < 1:
-            return 1                     # one step (a last chunk alone: with its tail)
+        horizon = self.s.horizon
+        if steps <= 1:
+            return 1
         full = steps - 1 if last else steps
         # the steps' ends, summed one at a time as the reference does, and the largest
         # step (its inter-token gap); the list itself is built only if asked for
@@ -739,7 +727,7 @@ class FastEngine(_Engine):
                     largest = after - end
                 end = after
         n = full + 1 if last else full
-        if n == 1 and tail < 1:
+        if n == 1:
             return 1
         self.chunk_run, self.busy_until = True, end     # (bounds: None since the last)
         self.run_gap, self.step_work = largest, take + decoding
@@ -747,14 +735,7 @@ class FastEngine(_Engine):
         # its start had one arrived (mixed mode, budget left beside it)
         self.run_last = rest if last else 0
         self.last_admits = last and mixed and rest < take
-        self.run_steps, self.tail = n, 0
-        if tail >= 1:                    # (last, no horizon: n == steps)
-            cache = self.decode_cache
-            tail_s = (cache[decoding + 1] if cache is not None and decoding + 1 < len(cache)
-                      else self._decode_time(decoding + 1))
-            self.tail, self.tail_start, self.tail_s = tail, end, tail_s
-            self.busy_until = end + tail * tail_s
-            n += tail
+        self.run_steps = n
         return n
 
     def _tail_ended(self, t: float) -> int:
@@ -789,16 +770,6 @@ class FastEngine(_Engine):
                                            and not self.preemptive):
             return
         if self.mixed and not self.expires:
-            if self.tail:
-                if t > self.tail_start:                 # in the tail: as a decode run
-                    keep = max(1, math.ceil((t - self.tail_start) / self.tail_s))
-                    if keep < self.tail:
-                        self.repeat -= self.tail - keep
-                        self.tail = keep
-                        self.busy_until = self.tail_start + keep * self.tail_s
-                    return
-                self.repeat, self.tail = self.run_steps, 0  # admitted at its start
-                self.busy_until = self.tail_start
             if self.last_admits and t <= self.run_full_end:
                 self.repeat = self.run_steps = self.run_steps - 1
                 self.busy_until, self.run_gap = self.run_full_end, self.run_full_gap
@@ -827,7 +798,7 @@ class FastEngine(_Engine):
         repeat, decoding, gaps = self.repeat, self.step_decode, self.gaps
         if self.chunk_run:                             # a chunk run
             self.chunk_run = False
-            tail, repeat = self.tail, self.run_steps
+            repeat = self.run_steps
             if decoding:
                 # one entry for the run, its largest gap: no sequence joins or leaves
                 # inside a run, so every later max over the log sees all of it
@@ -843,16 +814,12 @@ class FastEngine(_Engine):
                 s.left[i] = 0
                 self.work -= self.step_work * (repeat - 1) + rest + decoding
                 del self.prefilling[0]
-                # (a tail: the chunk run ends where it starts)
-                self._first_token(i, self.tail_start if tail else now)
+                self._first_token(i, now)
             else:
                 s.left[i] -= take * repeat
                 self.work -= self.step_work * repeat
-            if tail:                                   # then the decode steps after it
-                self.tail = 0
-                self._decode_run(now, self.tail_start, tail, decoding + 1)
         else:
-            if decoding:                               # (:meth:`_decode_run` written in)
+            if decoding:                               # a run of decode steps
                 if repeat > 1:
                     step = (now - self.step_start) / repeat
                     after = now - (now - step)
@@ -879,8 +846,8 @@ class FastEngine(_Engine):
     def _finish_tail(self) -> None:
         """:meth:`finish_step` when :attr:`tail_fast`: the same updates, with
         :meth:`_first_token` (a request is never preempted, so its prefill ends with its
-        first token), :meth:`_decode_run` (once, for a chunk run's tail or a run of
-        decode steps) and :meth:`_retire` written in."""
+        first token) and :meth:`_retire` written in, and one block for a run of decode
+        steps (a chunk run's tail, or a plain run)."""
         now, s, gaps = self.busy_until, self.s, self.gaps
         decoding = self.step_decode
         if self.chunk_run:                             # a chunk run
@@ -980,19 +947,6 @@ class FastEngine(_Engine):
             self.repeat = self.run_steps = self.run_steps - 1
             self.busy_until, self.run_gap = self.run_full_end, self.run_full_gap
             self.run_last, self.last_admits, self.bounds = 0, False, None
-
-    def _decode_run(self, now: float, start: float, repeat: int, decoding: int) -> None:
-        """Apply ``repeat`` identical steps from ``start`` to ``now`` in which
-        ``decoding`` sequences emit a token: the clock, the work, and the run's
-        inter-token gap with the reference's arithmetic."""
-        if repeat > 1:
-            step = (now - start) / repeat
-            self.gaps.append(max(step, now - (now - step)))
-            self.work -= (repeat - 1) * decoding
-        else:
-            self.gaps.append(now - start)
-        self.ticks += repeat
-        self.work -= decoding
 
     def _retire(self, now: float) -> None:
         """Decoding sequences whose last token the clock has reached are done at ``now``."""
