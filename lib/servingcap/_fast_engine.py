@@ -546,7 +546,7 @@ class FastEngine(_Engine):
             if duration is None:
                 duration = self._step_time(decoding, tokens)
             self.busy_until = now + duration
-            if single:                                 # (:meth:`_chunk_run`'s own)
+            if single:                                 # may be a run, with its tail
                 repeat = self._tail_run(now, duration, i, take)
             elif len(chunks) == 1:
                 repeat = self._tail_run(now, duration, *chunks[0])
